@@ -292,3 +292,86 @@ def load_config(path: str) -> ModelConfig:
   except json.JSONDecodeError as e:
     raise ConfigError(f"{path}: not valid JSON ({e})") from None
   return config_from_hf_dict(d, where=path)
+
+
+@dataclasses.dataclass(frozen=True)
+class DFlashConfig:
+  """The DFlash block-diffusion drafter (a small Qwen3-style decoder with KV injection).
+
+  Names follow the public DFlash config.json (a Qwen3 config plus `block_size`, `num_target_layers`
+  and `dflash_config.{mask_token_id, target_layer_ids}`). The drafter has no embedding and no lm_head:
+  it uses the target's.
+  """
+  vocab_size: int
+  hidden_size: int
+  num_hidden_layers: int
+  num_attention_heads: int
+  num_key_value_heads: int
+  head_dim: int
+  intermediate_size: int
+  block_size: int
+  mask_token_id: int
+  target_layer_ids: tuple[int, ...]
+  num_target_layers: int
+  rms_norm_eps: float = 1e-6
+  rope_theta: float = 1000000.0
+  rope_scaling: RopeScaling = RopeScaling()
+  max_position_embeddings: int = 40960
+
+  def replace(self, **kw) -> "DFlashConfig":
+    return dataclasses.replace(self, **kw)
+
+  def check_against(self, target: ModelConfig, where: str = "drafter config.json") -> "DFlashConfig":
+    """Raises ConfigError when this drafter cannot serve `target`."""
+    if self.hidden_size != target.hidden_size:
+      raise ConfigError(f"{where}: config field 'hidden_size' = {self.hidden_size} does not match the target's "
+                        f"hidden_size {target.hidden_size}")
+    if self.vocab_size != target.vocab_size:
+      raise ConfigError(f"{where}: config field 'vocab_size' = {self.vocab_size} does not match the target's "
+                        f"vocab_size {target.vocab_size}")
+    bad = [i for i in self.target_layer_ids if not 0 <= i < target.num_hidden_layers]
+    if bad:
+      raise ConfigError(f"{where}: config field 'dflash_config.target_layer_ids' has {bad}, outside the target's "
+                        f"layers [0, {target.num_hidden_layers})")
+    if not 0 <= self.mask_token_id < target.vocab_size:
+      raise ConfigError(f"{where}: config field 'dflash_config.mask_token_id' = {self.mask_token_id} is outside "
+                        f"the vocabulary [0, {target.vocab_size})")
+    if self.block_size < 2:
+      raise ConfigError(f"{where}: config field 'block_size' = {self.block_size}; must be >= 2")
+    return self
+
+
+def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> tuple[int, ...]:
+  """Evenly spaced from layer 1 to N-3 (the DFlash default when unspecified)."""
+  if num_draft_layers == 1:
+    return (num_target_layers // 2,)
+  start, end = 1, max(num_target_layers - 3, 1)
+  span = end - start
+  return tuple(int(round(start + i * span / (num_draft_layers - 1))) for i in range(num_draft_layers))
+
+
+def dflash_config_from_hf_dict(d: dict[str, Any], where: str = "drafter config.json") -> DFlashConfig:
+  for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "block_size"):
+    if d.get(f) is None:
+      raise ConfigError(f"{where}: required config field '{f}' is missing")
+  dc = d.get("dflash_config") or {}
+  if "mask_token_id" not in dc:
+    raise ConfigError(f"{where}: required config field 'dflash_config.mask_token_id' is missing")
+  n_layers = int(d["num_hidden_layers"])
+  n_target = int(d.get("num_target_layers") or 0)
+  ids = dc.get("target_layer_ids")
+  if ids is None:
+    if not n_target:
+      raise ConfigError(f"{where}: 'dflash_config.target_layer_ids' is missing and 'num_target_layers' is not set")
+    ids = default_target_layer_ids(n_target, n_layers)
+  theta, rs = _parse_rope(d, where)
+  heads = int(d["num_attention_heads"])
+  return DFlashConfig(
+      vocab_size=int(d["vocab_size"]), hidden_size=int(d["hidden_size"]), num_hidden_layers=n_layers,
+      num_attention_heads=heads, num_key_value_heads=int(d.get("num_key_value_heads") or heads),
+      head_dim=int(d.get("head_dim") or int(d["hidden_size"]) // heads),
+      intermediate_size=int(d["intermediate_size"]), block_size=int(d["block_size"]),
+      mask_token_id=int(dc["mask_token_id"]), target_layer_ids=tuple(int(i) for i in ids),
+      num_target_layers=n_target, rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)), rope_theta=theta,
+      rope_scaling=rs, max_position_embeddings=int(d.get("max_position_embeddings", 40960)))

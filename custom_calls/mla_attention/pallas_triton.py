@@ -1,0 +1,184 @@
+"""MLA tree attention as a Pallas kernel with the Triton lowering (sm_90, sm_120; CPU via interpret=True).
+
+Absorbed MLA is MQA with a 576-dim key (c_kv 512 + k_pe 64) and a 512-dim value (c_kv), one latent
+cache shared by all heads. The T*H query rows of one sequence (row m = t*H + h) are processed in
+blocks of `block_m` rows; keys in blocks of `block_k`. Flash-decoding split-K: the visible key range
+[0, cache_len[b] + T) of every sequence is cut into `num_splits` contiguous parts (computed on the
+device from the dynamic length, so short contexts in a long buffer still spread over all parts), each
+program writes a normalised partial output and its log-sum-exp, and a small XLA step combines them.
+
+Visibility (as in reference.py): key s is visible to query t of sequence b iff s < cache_len[b], or
+0 <= s - cache_len[b] < T and block_mask[b, t, s - cache_len[b]]. Key blocks that lie entirely in the
+committed context run without a mask; only the blocks that touch the new block gather the tree mask.
+
+Public function: `mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, scale=...)`.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+_NEG_INIT = -1e30  # running-max start: finite so that exp(-inf - m) = 0 without inf - inf
+
+
+def _is_pow2(n):
+  return n >= 1 and (n & (n - 1)) == 0
+
+
+def _mla_kernel(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mask_ref, o_ref, lse_ref, *,
+                scale, block_m, block_k, num_heads, num_q, num_rows, num_splits, precision):
+  """One program: sequence b, rows [i*block_m, (i+1)*block_m), key split j.
+
+  cl_ref [B] i32; q_ref [B, M, R]; qpe_ref [B, M, P]; ckv_ref [B, S, R]; kpe_ref [B, S, P];
+  mask_ref [B, T, T] i8; o_ref [B, NS, M, R]; lse_ref [B, NS, M] f32.
+  """
+  b = pl.program_id(0)
+  i = pl.program_id(1)
+  j = pl.program_id(2)
+  r = q_ref.shape[-1]
+  num_keys = ckv_ref.shape[1]
+
+  rows = i * block_m + jnp.arange(block_m, dtype=jnp.int32)       # [BM]
+  row_ok = rows < num_rows
+  q = plgpu.load(q_ref.at[b, pl.ds(i * block_m, block_m), :], mask=row_ok[:, None], other=0.)
+  qpe = plgpu.load(qpe_ref.at[b, pl.ds(i * block_m, block_m), :], mask=row_ok[:, None], other=0.)
+  t_of_row = jnp.minimum(rows // num_heads, num_q - 1)             # [BM] query token of each row
+
+  cache_len = cl_ref[b]
+  kv_end = jnp.minimum(cache_len + num_q, num_keys)               # keys past it are never visible
+  n_blocks = pl.cdiv(kv_end, block_k)
+  per_split = pl.cdiv(n_blocks, num_splits)
+  blk_lo = jnp.minimum(j * per_split, n_blocks)
+  blk_hi = jnp.minimum(blk_lo + per_split, n_blocks)
+  # blocks [blk_lo, blk_mid) lie entirely in the committed context: no mask needed.
+  blk_mid = jnp.clip(cache_len // block_k, blk_lo, blk_hi)
+  kidx = jnp.arange(block_k, dtype=jnp.int32)
+
+  def step(blk, carry, masked):
+    acc, m_i, l_i = carry
+    k0 = blk * block_k
+    keys = k0 + kidx                                               # [BK]
+    if masked:
+      key_ok = keys < kv_end
+      kc = plgpu.load(ckv_ref.at[b, pl.ds(k0, block_k), :], mask=key_ok[:, None], other=0.)
+      kp = plgpu.load(kpe_ref.at[b, pl.ds(k0, block_k), :], mask=key_ok[:, None], other=0.)
+    else:
+      kc = ckv_ref[b, pl.ds(k0, block_k), :]
+      kp = kpe_ref[b, pl.ds(k0, block_k), :]
+    s = plgpu.dot(q, kc, trans_b=True, precision=precision)          # [BM, BK] f32
+    s += plgpu.dot(qpe, kp, trans_b=True, precision=precision)
+    s *= scale
+    if masked:
+      rel = keys - cache_len                                       # [BK]
+      in_blk = (rel >= 0) & (rel < num_q) & key_ok
+      rel_c = jnp.clip(rel, 0, num_q - 1)
+      gather_ok = in_blk[None, :] & row_ok[:, None]
+      tree = plgpu.load(mask_ref.at[b, t_of_row[:, None], rel_c[None, :]], mask=gather_ok, other=0)
+      vis = (keys < cache_len)[None, :] | (gather_ok & (tree != 0))
+      s = jnp.where(vis, s, -jnp.inf)
+    m_new = jnp.maximum(m_i, jnp.max(s, axis=1))
+    alpha = jnp.exp(m_i - m_new)
+    p = jnp.exp(s - m_new[:, None])
+    l_new = l_i * alpha + jnp.sum(p, axis=1)
+    acc = acc * alpha[:, None] + plgpu.dot(p.astype(kc.dtype), kc, precision=precision)
+    return acc, m_new, l_new
+
+  acc = jnp.zeros((block_m, r), jnp.float32)
+  m_i = jnp.full((block_m,), _NEG_INIT, jnp.float32)
+  l_i = jnp.zeros((block_m,), jnp.float32)
+  carry = lax.fori_loop(blk_lo, blk_mid, functools.partial(step, masked=False), (acc, m_i, l_i))
+  acc, m_i, l_i = lax.fori_loop(blk_mid, blk_hi, functools.partial(step, masked=True), carry)
+
+  l_safe = jnp.where(l_i > 0, l_i, 1.0)
+  o = acc / l_safe[:, None]
+  lse = jnp.where(l_i > 0, m_i + jnp.log(l_safe), -jnp.inf)
+  plgpu.store(o_ref.at[b, j, pl.ds(i * block_m, block_m), :], o.astype(o_ref.dtype), mask=row_ok[:, None])
+  plgpu.store(lse_ref.at[b, j, pl.ds(i * block_m, block_m)], lse, mask=row_ok)
+
+
+def default_num_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=132):
+  """Enough programs for about one wave of the chip, but at least 4 key blocks per split."""
+  row_blocks = pl.cdiv(num_rows, block_m)
+  programs = batch * row_blocks
+  if programs >= num_sms:
+    return 1
+  want = pl.cdiv(num_sms, programs)
+  max_splits = max(1, num_keys // (4 * block_k))
+  return int(max(1, min(want, max_splits)))
+
+
+def supported(q_lat, q_pe, ckv, kpe):
+  """Shapes the kernel handles (the dispatch falls back to XLA otherwise)."""
+  r, p = q_lat.shape[-1], q_pe.shape[-1]
+  return (_is_pow2(r) and _is_pow2(p) and r >= 16 and p >= 16 and ckv.shape[-1] == r and kpe.shape[-1] == p
+          and ckv.shape[1] >= 16
+          and q_lat.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and ckv.dtype == q_lat.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("scale", "block_m", "block_k", "num_splits", "num_warps",
+                                             "num_stages", "interpret"))
+def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, block_m=None, block_k=None,
+                         num_splits=None, num_warps=None, num_stages=None, interpret=False):
+  """Absorbed MLA tree attention (same contract as reference.mla_attention_reference).
+
+  q_lat: [B, T, H, R]; q_pe: [B, T, H, P]; ckv: [B, S, R]; kpe: [B, S, P]; cache_len: [B] int32;
+  block_mask: [B, T, T] bool. Returns o_lat: [B, T, H, R] in q_lat.dtype.
+  block_m: query rows (of T*H) per program; block_k: keys per inner step; num_splits: key splits per
+  (sequence, row block) (None: fill the chip); num_warps/num_stages: Triton launch parameters.
+  """
+  bsz, t, h, r = q_lat.shape
+  p = q_pe.shape[-1]
+  s_len = ckv.shape[1]
+  if ckv.shape != (bsz, s_len, r) or kpe.shape != (bsz, s_len, p) or q_pe.shape != (bsz, t, h, p):
+    raise ValueError(f"mla_attention_pallas: inconsistent shapes q_lat {q_lat.shape}, q_pe {q_pe.shape}, "
+                     f"ckv {ckv.shape}, kpe {kpe.shape} (expected [B,T,H,R], [B,T,H,P], [B,S,R], [B,S,P])")
+  if block_mask.shape != (bsz, t, t):
+    raise ValueError(f"mla_attention_pallas: block_mask {block_mask.shape}, expected {(bsz, t, t)}")
+  m = t * h
+  if block_m is None:
+    block_m = 64 if m >= 64 else max(16, 1 << (m - 1).bit_length())
+  if block_k is None:
+    block_k = 64
+  block_k = min(block_k, 1 << (s_len.bit_length() - 1))          # a key block never exceeds the buffer
+  if block_k < 16 or block_m < 16:
+    raise ValueError(f"mla_attention_pallas: block_k {block_k} and block_m {block_m} must be >= 16 "
+                     f"(S = {s_len} keys in the cache buffer)")
+  if num_splits is None:
+    num_splits = default_num_splits(bsz, m, s_len, block_m=block_m, block_k=block_k)
+  if num_warps is None:
+    num_warps = 8 if block_m >= 64 else 4
+  if num_stages is None:
+    num_stages = 2
+  precision = lax.Precision.HIGHEST if q_lat.dtype == jnp.float32 else None
+  part_dtype = q_lat.dtype if num_splits == 1 else jnp.float32
+
+  kernel = functools.partial(
+      _mla_kernel, scale=float(scale), block_m=block_m, block_k=block_k, num_heads=h, num_q=t, num_rows=m,
+      num_splits=num_splits, precision=precision)
+  grid = (bsz, pl.cdiv(m, block_m), num_splits)
+  o_part, lse = pl.pallas_call(
+      kernel,
+      grid=grid,
+      out_shape=[jax.ShapeDtypeStruct((bsz, num_splits, m, r), part_dtype),
+                 jax.ShapeDtypeStruct((bsz, num_splits, m), jnp.float32)],
+      compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+      interpret=interpret,
+      name="mla_tree_attention",
+  )(cache_len.astype(jnp.int32), q_lat.reshape(bsz, m, r), q_pe.reshape(bsz, m, p), ckv, kpe,
+    block_mask.astype(jnp.int8))
+
+  if num_splits == 1:
+    o = o_part[:, 0]
+  else:
+    lse_max = jnp.max(lse, axis=1, keepdims=True)                  # [B, 1, M]
+    lse_max = jnp.where(jnp.isfinite(lse_max), lse_max, 0.0)
+    w = jnp.exp(lse - lse_max)                                    # [B, NS, M]; 0 for empty splits
+    den = jnp.sum(w, axis=1)                                      # [B, M]
+    o = jnp.sum(w[..., None] * o_part, axis=1) / jnp.where(den > 0, den, 1.0)[..., None]
+  return o.reshape(bsz, t, h, r).astype(q_lat.dtype)

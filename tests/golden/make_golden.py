@@ -89,7 +89,7 @@ CASES = {
     # pairs 1..3 interpolated (divided by the factor).
     "base": dict(
         n_group=1, topk_group=1, first_k_dense_replace=1, norm_topk_prob=True,
-        rope=dict(factor=8.0, original_max_position_embeddings=32), seed=1001,
+        rope=dict(factor=8.0, original_max_position_embeddings=32), seed=1008,
     ),
     # original 256 -> ramp (low, high) = (0, 2): ramp = [0, .5, 1, 1], exercises a fractional blend.
     "grouped": dict(
@@ -148,10 +148,13 @@ def make_weights(cfg: DeepseekV3Config, seed: int) -> dict[str, np.ndarray]:
         w[p + "input_layernorm.weight"] = norm(H)
         w[p + "post_attention_layernorm.weight"] = norm(H)
         a = p + "self_attn."
-        w[a + "q_a_proj.weight"] = lin(qr, H)
+        # q_a_proj and the c_kv rows of kv_a_proj_with_mqa get a SMALL gain (output rms ~0.02, mean square
+        # ~4e-4) so that the eps of q_a_layernorm / kv_a_layernorm (1e-6 in HF vs rms_norm_eps 1e-5) changes
+        # the logits visibly (~1e-2) instead of ~1e-4; the norms rescale to O(1) right after.
+        w[a + "q_a_proj.weight"] = lin(qr, H, 0.02)
         w[a + "q_a_layernorm.weight"] = norm(qr)
         w[a + "q_b_proj.weight"] = lin(nh * (dn + dr), qr, 1.5)
-        w[a + "kv_a_proj_with_mqa.weight"] = lin(kr + dr, H, 1.5)
+        w[a + "kv_a_proj_with_mqa.weight"] = np.concatenate([lin(kr, H, 0.02), lin(dr, H, 1.5)], 0)
         w[a + "kv_a_layernorm.weight"] = norm(kr)
         w[a + "kv_b_proj.weight"] = lin(nh * (dn + dv), kr)
         w[a + "o_proj.weight"] = lin(H, nh * dv, 0.7)
@@ -174,7 +177,18 @@ def make_weights(cfg: DeepseekV3Config, seed: int) -> dict[str, np.ndarray]:
             w[m + "shared_experts.down_proj.weight"] = lin(H, Is, 0.5)
     w["model.norm.weight"] = norm(H)
     w["lm_head.weight"] = lin(V, H, 3.0)
+    # Round every weight except e_score_correction_bias (fp32 in real checkpoints) to a bf16-representable
+    # value (round-to-nearest-even), still stored as float32: a bf16 weight path can then load them exactly.
+    for k, v in w.items():
+        if not k.endswith("e_score_correction_bias"):
+            w[k] = _round_bf16(v)
     return w
+
+
+def _round_bf16(x: np.ndarray) -> np.ndarray:
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
 
 
 def fused_state_dict(cfg: DeepseekV3Config, w: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

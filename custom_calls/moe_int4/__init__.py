@@ -1,14 +1,40 @@
-"""Routed experts (INT4 compressed-tensors or dense): dispatch between the XLA reference and GPU kernels."""
+"""Routed experts (INT4 compressed-tensors or dense): dispatch between the XLA reference and GPU kernels.
+
+API for the model: load the expert arrays once (optionally through `repack`, which validates them and
+returns an `Int4Experts` tuple in the order of the arguments below), then call
+`routed_experts_int4(x, ids, weights, *experts, expert_offset=..., impl="auto")` per layer.
+"""
+import jax
+
 from custom_calls.moe_int4.reference import routed_experts_dense_reference, routed_experts_int4_reference
+from custom_calls.moe_int4.repack import Int4Experts, repack
+
+_IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 
 
 def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                         down_packed, down_scale, *, group_size=32, expert_offset=0, impl="auto"):
-  """See reference.py for shapes. impl: "auto" | "xla"."""
-  if impl not in ("auto", "xla"):
-    raise ValueError(f"routed_experts_int4: unknown impl {impl!r}; expected 'auto' or 'xla'")
-  return routed_experts_int4_reference(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
-                                       down_packed, down_scale, group_size=group_size, expert_offset=expert_offset)
+  """See reference.py for shapes.
+
+  impl: "auto" (the Pallas Triton kernel on GPU backends for supported shapes, else the XLA reference),
+  "xla", "pallas" (GPU), "pallas_interpret" (the kernel under the Pallas interpreter, for CPU tests).
+  """
+  if impl not in _IMPLS:
+    raise ValueError(f"routed_experts_int4: unknown impl {impl!r}; expected one of {_IMPLS}")
+  args = (x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale)
+  if impl == "xla":
+    return routed_experts_int4_reference(*args, group_size=group_size, expert_offset=expert_offset)
+  from custom_calls.moe_int4 import pallas_triton  # lazily: Pallas is not needed for "xla"
+  ok = pallas_triton.supported(x, gate_packed, down_packed, group_size)
+  if impl == "auto" and (jax.default_backend() != "gpu" or not ok):
+    return routed_experts_int4_reference(*args, group_size=group_size, expert_offset=expert_offset)
+  if not ok:
+    raise ValueError(
+        f"routed_experts_int4(impl={impl!r}): unsupported shapes/dtypes x {x.shape} {x.dtype}, gate_packed "
+        f"{gate_packed.shape}, down_packed {down_packed.shape}, group_size {group_size} "
+        "(need D % 256 == 0, I % 128 == 0, power-of-two group size 8..128)")
+  return pallas_triton.routed_experts_int4_pallas(*args, expert_offset, group_size=group_size,
+                                                   interpret=(impl == "pallas_interpret"))
 
 
 def routed_experts_dense(x, expert_ids, expert_weights, w_gate, w_up, w_down, *, expert_offset=0):
@@ -17,5 +43,5 @@ def routed_experts_dense(x, expert_ids, expert_weights, w_gate, w_up, w_down, *,
                                         expert_offset=expert_offset)
 
 
-__all__ = ["routed_experts_int4", "routed_experts_dense",
-           "routed_experts_int4_reference", "routed_experts_dense_reference"]
+__all__ = ["routed_experts_int4", "routed_experts_dense", "routed_experts_int4_reference",
+           "routed_experts_dense_reference", "repack", "Int4Experts"]

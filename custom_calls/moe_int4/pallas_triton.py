@@ -1,0 +1,216 @@
+"""INT4 grouped MoE (SwiGLU experts) as Pallas kernels with the Triton lowering.
+
+Weights stay in the compressed-tensors `pack-quantized` layout (layout.py: int32 words [E, out, in/8],
+nibble j of word w = column 8w+j stored as q+8; scales [E, out, in/group]); they are dequantised in
+registers, tile by tile, right before the tensor-core dot. No load-time repacking is needed
+(`repack.py` documents this and gives the hook).
+
+Pipeline (one call):
+  1. routing (XLA, tiny): the (token, k) pairs that hit a local expert are sorted by expert; every
+     expert's rows are padded to a multiple of `block_m`, so that each row block belongs to one expert
+     ("align block size"). Pairs routed to other devices, and experts without tokens, cost nothing.
+  2. `_gate_up_kernel`, grid (row block, I tile): h = silu(x Wg^T) * (x Wu^T) for the block's rows,
+     gate and up fused (one program reads the matching gate and up tiles). x rows are gathered in the
+     kernel from the token ids; h is written in the padded sorted order.
+  3. `_down_kernel`, grid (row block, D tile): y = h Wd^T (fp32).
+  4. combine (XLA): out[n] = sum_k w[n, k] * y[pos(n, k)] over local pairs (a gather, no scatter).
+Programs of row blocks past the used ones return at once.
+
+Memory-bound at small token counts (each hit expert's INT4 weights are read once per row block);
+tensor-core bound at thousands of rows (raise block_m).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+_MAGIC = 0x4B000000          # float32 bits of 2**23: (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23
+_MAGIC_OFFSET = 8388608.0 + 8.0
+
+
+def _dequant(words, scales, group_size, dtype):
+  """words: int32 [BN, BK/8]; scales: [BN, BK/group] -> dtype [BN, BK] (column 8w+j = nibble j of word w)."""
+  bn, bk8 = words.shape
+  bk = bk8 * 8
+  shifts = jnp.arange(8, dtype=jnp.int32) * 4
+  nib = (words[:, :, None] >> shifts[None, None, :]) & 0xF                     # [BN, BK/8, 8]
+  # int -> float without a conversion instruction: 2**23 + nib, then subtract 2**23 + 8.
+  q = lax.bitcast_convert_type(nib | _MAGIC, jnp.float32) - _MAGIC_OFFSET      # exact, in [-8, 7]
+  q = q.reshape(bn, bk // group_size, group_size)
+  w = q * scales.astype(jnp.float32)[:, :, None]
+  return w.reshape(bn, bk).astype(dtype)
+
+
+def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, *,
+                    block_m, block_n, block_k, group_size, num_tokens, precision):
+  """bvalid/bexp: [NB] i32; tok: [P_pad] i32 (num_tokens = pad); x: [N, D];
+  gw/uw: i32 [E, I, D/8]; gs/us: [E, I, D/g]; h: [P_pad, I]."""
+  blk = pl.program_id(0)
+  jn = pl.program_id(1)
+  d = x_ref.shape[1]
+
+  @pl.when(bvalid_ref[blk] != 0)
+  def _():
+    e = bexp_ref[blk]
+    toks = tok_ref[pl.ds(blk * block_m, block_m)]                                 # [BM]
+    tok_ok = toks < num_tokens
+    toks = jnp.where(tok_ok, toks, 0)
+    cols = jnp.arange(block_k, dtype=jnp.int32)
+    n0 = jn * block_n
+
+    def body(kk, carry):
+      acc_g, acc_u = carry
+      xb = plgpu.load(x_ref.at[toks[:, None], kk * block_k + cols[None, :]],
+                      mask=jnp.broadcast_to(tok_ok[:, None], (block_m, block_k)), other=0.)  # [BM, BK]
+      wsl = (e, pl.ds(n0, block_n), pl.ds(kk * (block_k // 8), block_k // 8))
+      ssl = (e, pl.ds(n0, block_n), pl.ds(kk * (block_k // group_size), block_k // group_size))
+      wg = _dequant(gw_ref[wsl], gs_ref[ssl], group_size, xb.dtype)              # [BN, BK]
+      acc_g += plgpu.dot(xb, wg, trans_b=True, precision=precision)
+      wu = _dequant(uw_ref[wsl], us_ref[ssl], group_size, xb.dtype)
+      acc_u += plgpu.dot(xb, wu, trans_b=True, precision=precision)
+      return acc_g, acc_u
+
+    zeros = jnp.zeros((block_m, block_n), jnp.float32)
+    acc_g, acc_u = lax.fori_loop(0, d // block_k, body, (zeros, zeros))
+    h = acc_g * jax.nn.sigmoid(acc_g) * acc_u
+    h_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = h.astype(h_ref.dtype)
+
+
+def _down_kernel(bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m, block_n, block_k, group_size,
+                 precision):
+  """h: [P_pad, I]; dw: i32 [E, D, I/8]; ds: [E, D, I/g]; y: [P_pad, D] f32."""
+  blk = pl.program_id(0)
+  jn = pl.program_id(1)
+  inter = h_ref.shape[1]
+
+  @pl.when(bvalid_ref[blk] != 0)
+  def _():
+    e = bexp_ref[blk]
+    n0 = jn * block_n
+
+    def body(kk, acc):
+      hb = h_ref[pl.ds(blk * block_m, block_m), pl.ds(kk * block_k, block_k)]      # [BM, BK]
+      w = _dequant(dw_ref[e, pl.ds(n0, block_n), pl.ds(kk * (block_k // 8), block_k // 8)],
+                   ds_ref[e, pl.ds(n0, block_n), pl.ds(kk * (block_k // group_size), block_k // group_size)],
+                   group_size, hb.dtype)
+      return acc + plgpu.dot(hb, w, trans_b=True, precision=precision)
+
+    acc = lax.fori_loop(0, inter // block_k, body, jnp.zeros((block_m, block_n), jnp.float32))
+    y_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = acc.astype(y_ref.dtype)
+
+
+def route(expert_ids, num_local, expert_offset, block_m):
+  """Sort the local (token, k) pairs by expert, padding each expert to a multiple of block_m.
+
+  expert_ids: [N, K] global ids. Returns (row_token [P_pad] (N marks padding), pos [N, K] (row of each
+  pair in the padded order), is_local [N, K], block_valid [NB], block_expert [NB]).
+  """
+  n, k = expert_ids.shape
+  p = n * k
+  p_pad = pl.cdiv(p + min(num_local, p) * (block_m - 1), block_m) * block_m
+  local = expert_ids.astype(jnp.int32) - expert_offset
+  is_local = (local >= 0) & (local < num_local)
+  key = jnp.where(is_local, local, num_local).reshape(-1)                    # [P]; num_local = elsewhere
+  counts = jnp.bincount(key, length=num_local + 1)[:num_local].astype(jnp.int32)
+  padded = pl.cdiv(counts, block_m) * block_m
+  pend = jnp.cumsum(padded)
+  pstart = pend - padded
+  start = jnp.cumsum(counts) - counts
+  order = jnp.argsort(key, stable=True)
+  skey = key[order]
+  ske = jnp.minimum(skey, num_local - 1)
+  dest = jnp.where(skey < num_local, pstart[ske] + jnp.arange(p, dtype=jnp.int32) - start[ske], p_pad)
+  row_token = jnp.full((p_pad,), n, jnp.int32).at[dest].set((order // k).astype(jnp.int32), mode="drop")
+  pos = jnp.zeros((p,), jnp.int32).at[order].set(jnp.minimum(dest, p_pad - 1)).reshape(n, k)
+  nb = p_pad // block_m
+  bstart = jnp.arange(nb, dtype=jnp.int32) * block_m
+  block_valid = (bstart < pend[-1]).astype(jnp.int32)
+  block_expert = jnp.minimum(jnp.searchsorted(pend, bstart, side="right"), num_local - 1).astype(jnp.int32)
+  return row_token, pos, is_local, block_valid, block_expert
+
+
+def default_blocks(num_pairs_bound, num_local):
+  """(block_m, block_n, block_k, num_warps, num_stages) by expected rows per expert."""
+  rows_per_expert = num_pairs_bound / max(num_local, 1)
+  if rows_per_expert <= 16:
+    return 16, 64, 256, 4, 3
+  if rows_per_expert <= 64:
+    return 64, 64, 128, 4, 3
+  return 128, 128, 64, 8, 3
+
+
+def supported(x, gate_packed, down_packed, group_size):
+  e, inter, d8 = gate_packed.shape
+  d = d8 * 8
+  return (x.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and group_size in (8, 16, 32, 64, 128)
+          and d % 256 == 0 and inter % 128 == 0 and down_packed.shape == (e, d, inter // 8))
+
+
+@functools.partial(jax.jit, static_argnames=("group_size", "block_m", "block_n", "block_k", "num_warps",
+                                             "num_stages", "interpret"))
+def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
+                               down_packed, down_scale, expert_offset=0, *, group_size=32, block_m=None,
+                               block_n=None, block_k=None, num_warps=None, num_stages=None, interpret=False):
+  """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
+
+  x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
+  gate_packed/up_packed: int32 [E, I, D/8]; gate_scale/up_scale: [E, I, D/g];
+  down_packed: int32 [E, D, I/8]; down_scale: [E, D, I/g]. expert_offset may be traced (shard_map).
+  Returns [N, D] in x.dtype. Block sizes default by rows per expert (default_blocks).
+  """
+  n, d = x.shape
+  k = expert_ids.shape[1]
+  e, inter, _ = gate_packed.shape
+  if gate_packed.shape != (e, inter, d // 8) or up_packed.shape != gate_packed.shape:
+    raise ValueError(f"routed_experts_int4_pallas: gate/up packed {gate_packed.shape}/{up_packed.shape}, "
+                     f"expected [E, I, D/8] with D = {d} from x {x.shape}")
+  if down_packed.shape != (e, d, inter // 8):
+    raise ValueError(f"routed_experts_int4_pallas: down packed {down_packed.shape}, expected {(e, d, inter // 8)}")
+  if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
+    raise ValueError(f"routed_experts_int4_pallas: scales {gate_scale.shape}, {down_scale.shape} do not match "
+                     f"group_size {group_size}")
+  dbm, dbn, dbk, dnw, dns = default_blocks(n * k, e)
+  block_m = block_m or dbm
+  block_n = block_n or dbn
+  block_k = block_k or dbk
+  num_warps = num_warps or dnw
+  num_stages = num_stages or dns
+  block_k_down = min(block_k, inter)
+  for name, size, blk in (("D", d, block_k), ("I", inter, block_k_down), ("I", inter, block_n), ("D", d, block_n)):
+    if size % blk:
+      raise ValueError(f"routed_experts_int4_pallas: {name} = {size} is not a multiple of block {blk}")
+  if block_k % group_size or block_k % 8:
+    raise ValueError(f"routed_experts_int4_pallas: block_k {block_k} must be a multiple of group {group_size}")
+  precision = lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
+
+  row_token, pos, is_local, block_valid, block_expert = route(expert_ids, e, expert_offset, block_m)
+  p_pad = row_token.shape[0]
+  nb = p_pad // block_m
+  params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+
+  h = pl.pallas_call(
+      functools.partial(_gate_up_kernel, block_m=block_m, block_n=block_n, block_k=block_k,
+                        group_size=group_size, num_tokens=n, precision=precision),
+      grid=(nb, inter // block_n),
+      out_shape=jax.ShapeDtypeStruct((p_pad, inter), x.dtype),
+      compiler_params=params, interpret=interpret, name="moe_int4_gate_up",
+  )(block_valid, block_expert, row_token, x, gate_packed, gate_scale, up_packed, up_scale)
+
+  y = pl.pallas_call(
+      functools.partial(_down_kernel, block_m=block_m, block_n=block_n, block_k=block_k_down,
+                        group_size=group_size, precision=precision),
+      grid=(nb, d // block_n),
+      out_shape=jax.ShapeDtypeStruct((p_pad, d), jnp.float32),
+      compiler_params=params, interpret=interpret, name="moe_int4_down",
+  )(block_valid, block_expert, h, down_packed, down_scale)
+
+  # Rows of unused blocks are never written: select (not multiply) so that they cannot leak.
+  yk = y[pos]                                                                 # [N, K, D]
+  w = expert_weights.astype(jnp.float32)[..., None]
+  out = jnp.sum(jnp.where(is_local[..., None], w * yk, 0.0), axis=1)
+  return out.astype(x.dtype)

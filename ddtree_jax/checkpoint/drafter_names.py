@@ -46,7 +46,7 @@ def drafter_param_specs(cfg: DrafterConfig, prefix: str = "") -> list[ParamSpec]
     specs += [lin(f"{m}.gate_proj", f"{m}.gate_proj", cfg.intermediate_size, d),
               lin(f"{m}.up_proj", f"{m}.up_proj", cfg.intermediate_size, d),
               lin(f"{m}.down_proj", f"{m}.down_proj", d, cfg.intermediate_size)]
-  specs += [lin("fc", "fc", d, cfg.num_features * d), vec("hidden_norm", d), vec("norm", d)]
+  specs += [lin("fc", "fc", d, len(cfg.target_layer_ids) * d), vec("hidden_norm", d), vec("norm", d)]
   return specs
 
 
@@ -56,9 +56,7 @@ class DrafterReader:
   def __init__(self, path: str, target_cfg: Optional[ModelConfig] = None):
     self.ckpt = SafetensorsDir(path)
     try:
-      cfg = drafter_config_from_hf_dict(self.ckpt.config, where=self.ckpt.config_path)
-      if target_cfg is not None:
-        cfg = cfg.check_against_target(target_cfg, where=self.ckpt.config_path)
+      cfg = drafter_config_from_hf_dict(self.ckpt.config, where=self.ckpt.config_path, target=target_cfg)
     except ConfigError as e:
       raise CheckpointError(str(e)) from None
     self.cfg = cfg
@@ -86,7 +84,7 @@ class DrafterReader:
         hint = ""
         if spec.path == "fc.kernel" and len(info.shape) == 2 and info.shape[1] % cfg.hidden_size == 0:
           hint = (f" ({info.shape[1] // cfg.hidden_size} target feature layers in the weights, "
-                  f"{cfg.num_features} in dflash_config.target_layer_ids)")
+                  f"{len(cfg.target_layer_ids)} in dflash_config.target_layer_ids)")
         raise CheckpointError(f"{info.file}: tensor '{src.name}' has shape {list(info.shape)}, "
                               f"expected {list(src.shape)} from config.json{hint}")
       if info.dtype not in src.dtypes:

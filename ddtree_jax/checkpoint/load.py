@@ -81,7 +81,7 @@ def abstract_target(cfg: ModelConfig, dtype) -> nnx.Module:
 def param_shapes(model: nnx.Module) -> dict[str, jax.ShapeDtypeStruct]:
   """{param path: ShapeDtypeStruct} of an (abstract or concrete) module's nnx.Params."""
   params = nnx.state(model, nnx.Param)
-  flat = traversals.flatten_mapping(params.to_pure_dict())
+  flat = traversals.flatten_mapping(nnx.to_pure_dict(params))
   return {_path_str(k): jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in flat.items()}
 
 
@@ -92,7 +92,7 @@ def build_module(make: Callable[[], nnx.Module], arrays: Mapping[str, jax.Array]
   graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
   # Non-parameter state (constants) computed under jit: the unused parameter init is dead code.
   rest = jax.jit(lambda: nnx.split(make(), nnx.Param, ...)[2])()
-  flat = traversals.flatten_mapping(params.to_pure_dict())
+  flat = traversals.flatten_mapping(nnx.to_pure_dict(params))
   want = {_path_str(k): k for k in flat}
   missing = sorted(set(want) - set(arrays))
   extra = sorted(set(arrays) - set(want))
@@ -105,7 +105,7 @@ def build_module(make: Callable[[], nnx.Module], arrays: Mapping[str, jax.Array]
     if tuple(a.shape) != tuple(ref.shape) or a.dtype != ref.dtype:
       raise CheckpointError(f"parameter '{key}': got {a.dtype}{list(a.shape)}, the model needs {ref.dtype}{list(ref.shape)}")
     new[k] = a
-  params.replace_by_pure_dict(traversals.unflatten_mapping(new))
+  nnx.replace_by_pure_dict(params, traversals.unflatten_mapping(new))
   return nnx.merge(graphdef, params, rest)
 
 
@@ -257,7 +257,7 @@ def load_drafter(path: str, target_cfg: Optional[ModelConfig] = None, dtype=jnp.
   if orbax_io.is_converted(path):
     params, dcfg = orbax_io.restore_drafter(path, dtype=dtype, shardings=shardings)
     if target_cfg is not None:
-      dcfg.check_against_target(target_cfg, where=path)
+      dcfg = dcfg.check_against(target_cfg, where=path)
     return params, dcfg
   reader = drafter_names.DrafterReader(path, target_cfg)
   out = {}

@@ -220,7 +220,7 @@ def tiny_drafter_config(target: ModelConfig, *, num_layers: int = 2, block_size:
   base = dict(hidden_size=target.hidden_size, num_hidden_layers=num_layers, num_attention_heads=4,
               num_key_value_heads=2, head_dim=16, intermediate_size=2 * target.hidden_size,
               vocab_size=target.vocab_size, block_size=block_size, mask_token_id=target.vocab_size - 2,
-              target_layer_ids=ids, rms_norm_eps=1e-6, rope_theta=1e6)
+              target_layer_ids=ids, num_target_layers=target.num_hidden_layers, rms_norm_eps=1e-6, rope_theta=1e6)
   base.update(kw)
   return DrafterConfig(**base)
 
@@ -234,11 +234,9 @@ def hf_drafter_config(c: DrafterConfig) -> dict[str, Any]:
        "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta, "rope_scaling": _rope_dict(c),
        "max_position_embeddings": c.max_position_embeddings, "attention_bias": False, "hidden_act": "silu",
        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "block_size": c.block_size,
-       "num_target_layers": None,
+       "num_target_layers": c.num_target_layers or None,
        "dflash_config": {"mask_token_id": c.mask_token_id,
-                         "target_layer_ids": list(c.target_layer_ids) if c.target_layer_ids is not None else None}}
-  if c.target_layer_ids is None:
-    del d["dflash_config"]["target_layer_ids"]
+                         "target_layer_ids": list(c.target_layer_ids)}}
   return d
 
 
@@ -255,7 +253,7 @@ def drafter_tensors(c: DrafterConfig, seed: int = 0, float_dtype=BF16) -> dict[s
               f"layers.{i}.mlp.gate_proj.weight": r.lin(c.intermediate_size, d),
               f"layers.{i}.mlp.up_proj.weight": r.lin(c.intermediate_size, d),
               f"layers.{i}.mlp.down_proj.weight": r.lin(d, c.intermediate_size, 0.5)})
-  t["fc.weight"] = r.lin(d, c.num_features * d)
+  t["fc.weight"] = r.lin(d, len(c.target_layer_ids) * d)
   t["hidden_norm.weight"] = r.norm(d)
   t["norm.weight"] = r.norm(d)
   return t

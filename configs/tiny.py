@@ -1,6 +1,6 @@
 """Small test presets that keep every structural feature of K2.6: MLA with q_lora, YaRN, dense first
 layers, a shared expert, group-limited noaux_tc routing and INT4 (or dense) routed experts."""
-from ddtree_jax.config import Int4Quantization, ModelConfig, RopeScaling
+from ddtree_jax.config import DFlashConfig, Int4Quantization, ModelConfig, RopeScaling, default_target_layer_ids
 
 
 def tiny(int4: bool = True, **overrides) -> ModelConfig:
@@ -15,6 +15,17 @@ def tiny(int4: bool = True, **overrides) -> ModelConfig:
       rms_norm_eps=1e-5, max_position_embeddings=512, eos_token_id=1, stop_token_ids=(1,),
       quantization=Int4Quantization(group_size=32) if int4 else None)
   return cfg.replace(**overrides).validate()
+
+
+def tiny_drafter(target: ModelConfig, block_size: int = 8, **overrides) -> DFlashConfig:
+  """A small DFlash drafter for `target` (Qwen3-style, GQA 4/2 heads, 2 layers)."""
+  cfg = DFlashConfig(
+      vocab_size=target.vocab_size, hidden_size=target.hidden_size, num_hidden_layers=2, num_attention_heads=4,
+      num_key_value_heads=2, head_dim=16, intermediate_size=128, block_size=block_size,
+      mask_token_id=target.vocab_size - 1,
+      target_layer_ids=default_target_layer_ids(target.num_hidden_layers, 2),
+      num_target_layers=target.num_hidden_layers, rms_norm_eps=1e-6, rope_theta=1e6)
+  return cfg.replace(**overrides).check_against(target)
 
 
 def get_config():

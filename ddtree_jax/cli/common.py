@@ -1,0 +1,77 @@
+"""Pieces shared by the absl CLIs: dtype names, model loading, the embedded default."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import jax.numpy as jnp
+
+DTYPES = {"bfloat16": jnp.bfloat16, "bf16": jnp.bfloat16, "float32": jnp.float32, "fp32": jnp.float32}
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_TARGET_DIR = os.path.join(REPO_ROOT, "checkpoints", "default", "target")
+DEFAULT_DRAFTER_DIR = os.path.join(REPO_ROOT, "checkpoints", "default", "drafter")
+
+
+class UsageError(ValueError):
+  """A bad flag value; the CLI prints it and exits non-zero."""
+
+
+def parse_dtype(name: str):
+  if name not in DTYPES:
+    raise UsageError(f"--dtype={name!r}: expected one of {sorted(DTYPES)}")
+  return DTYPES[name]
+
+
+def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, want_drafter: bool):
+  """Returns (target, target_cfg, drafter, drafter_cfg, tokenizer, label)."""
+  from ddtree_jax.checkpoint.load import build_module, load_drafter, load_target
+  from ddtree_jax.model.dflash import DFlashDrafter
+  from flax import nnx
+
+  label = None
+  if model_dir is None:
+    if os.path.exists(os.path.join(DEFAULT_TARGET_DIR, "config.json")):
+      model_dir = DEFAULT_TARGET_DIR
+      if drafter_dir is None and os.path.exists(os.path.join(DEFAULT_DRAFTER_DIR, "config.json")):
+        drafter_dir = DEFAULT_DRAFTER_DIR
+      label = "embedded default model (checkpoints/default)"
+    else:
+      return random_models(dtype, want_drafter=want_drafter)
+  for flag, path in (("--model_dir", model_dir), ("--drafter_dir", drafter_dir)):
+    if path is not None and not os.path.isdir(path):
+      raise UsageError(f"{flag}={path}: no such directory")
+  target, cfg = load_target(model_dir, dtype=dtype)
+  drafter = dcfg = None
+  if want_drafter:
+    if drafter_dir is None:
+      raise UsageError("this mode needs a drafter: pass --drafter_dir (or use --mode=ar)")
+    params, dcfg = load_drafter(drafter_dir, cfg, dtype=dtype)
+    drafter = build_module(lambda: DFlashDrafter(dcfg, dtype=dtype, rngs=nnx.Rngs(0)), params)
+  tokenizer = load_tokenizer(model_dir)
+  return target, cfg, drafter, dcfg, tokenizer, label or model_dir
+
+
+def load_tokenizer(model_dir: str):
+  """The directory's tokenizer (tokenizer.json or tiktoken.model), or None."""
+  try:
+    from ddtree_jax.checkpoint.tokenizer import load_tokenizer as _load
+  except ImportError:
+    return None
+  return _load(model_dir)
+
+
+def random_models(dtype, *, want_drafter: bool, seed: int = 0):
+  """A small random-weight target (+ drafter): for trying the engine without any checkpoint.
+  Its output is meaningless text-wise; speculative modes still reproduce AR exactly."""
+  from flax import nnx
+  from configs.tiny import tiny, tiny_drafter
+  from ddtree_jax.model.deepseek import DeepseekV3
+  from ddtree_jax.model.dflash import DFlashDrafter
+  cfg = tiny()
+  target = DeepseekV3(cfg, dtype=dtype, rngs=nnx.Rngs(seed))
+  drafter = dcfg = None
+  if want_drafter:
+    dcfg = tiny_drafter(cfg)
+    drafter = DFlashDrafter(dcfg, dtype=dtype, rngs=nnx.Rngs(seed + 1))
+  return target, cfg, drafter, dcfg, None, "RANDOM-WEIGHT tiny model (no checkpoint found; output is not text)"

@@ -1,0 +1,127 @@
+"""ddtree-generate: generate with AR, DFlash or DDTree speculative decoding.
+
+  ddtree-generate --prompt="def fib(n):" --mode=ddtree --budget=32
+  ddtree-generate --model_dir=/path/to/Kimi-K2.6 --drafter_dir=/path/to/drafter --prompt_file=prompts.jsonl
+  ddtree-generate --prompt_ids=1,2,3 --mode=ar --output_json=out.json
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model_dir", None, "HF or converted target directory (default: the embedded model)")
+flags.DEFINE_string("drafter_dir", None, "HF or converted DFlash drafter directory")
+flags.DEFINE_string("prompt", None, "a text prompt")
+flags.DEFINE_string("prompt_file", None, 'JSONL file, one {"prompt": ...} per line')
+flags.DEFINE_string("prompt_ids", None, "comma-separated token ids (works without a tokenizer)")
+flags.DEFINE_enum("mode", "ddtree", ["ar", "dflash", "ddtree"], "decoding mode")
+flags.DEFINE_integer("budget", 32, "DDTree node budget N (>= 1)")
+flags.DEFINE_float("temperature", 0.0, "0 = greedy")
+flags.DEFINE_float("top_p", 1.0, "nucleus sampling, in (0, 1]")
+flags.DEFINE_integer("top_k", 0, "top-k sampling (0 = off)")
+flags.DEFINE_integer("max_new_tokens", 64, "tokens to generate per prompt")
+flags.DEFINE_integer("seed", 0, "sampling seed")
+flags.DEFINE_string("dtype", "bfloat16", "parameter and cache dtype: bfloat16 or float32")
+flags.DEFINE_string("output_json", None, "write results here")
+flags.DEFINE_boolean("chat", False, "wrap text prompts in the model's chat turn format (Kimi tokenizers)")
+flags.DEFINE_boolean("stream", True, "print text as it is generated (single prompt)")
+
+
+def read_prompts(tokenizer):
+  """Returns (list of token-id lists, list of prompt texts or None)."""
+  from ddtree_jax.cli.common import UsageError
+  given = [f for f in ("prompt", "prompt_file", "prompt_ids") if getattr(FLAGS, f) is not None]
+  if len(given) > 1:
+    raise UsageError(f"give only one of --prompt, --prompt_file, --prompt_ids (got {', '.join('--' + g for g in given)})")
+  if FLAGS.prompt_ids is not None:
+    try:
+      ids = [int(x) for x in FLAGS.prompt_ids.split(",") if x.strip()]
+    except ValueError:
+      raise UsageError(f"--prompt_ids={FLAGS.prompt_ids!r}: expected comma-separated integers") from None
+    return [ids], [None]
+  if FLAGS.prompt_file is not None:
+    if not os.path.exists(FLAGS.prompt_file):
+      raise UsageError(f"--prompt_file={FLAGS.prompt_file}: no such file")
+    texts = []
+    with open(FLAGS.prompt_file) as f:
+      for n, line in enumerate(f, 1):
+        if not line.strip():
+          continue
+        try:
+          texts.append(json.loads(line)["prompt"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+          raise UsageError(f"{FLAGS.prompt_file}:{n}: expected a JSON object with a \"prompt\" field") from None
+  else:
+    texts = [FLAGS.prompt if FLAGS.prompt is not None else "def fibonacci(n):\n"]
+  if tokenizer is None:
+    raise UsageError("this model directory has no tokenizer: pass --prompt_ids=1,2,3")
+  encode = tokenizer.encode_chat if FLAGS.chat else tokenizer.encode
+  return [encode(t) for t in texts], texts
+
+
+def main(argv):
+  del argv
+  from ddtree_jax.cli.common import UsageError, load_models, parse_dtype
+  from ddtree_jax.engine import Engine
+  from ddtree_jax.sampling import SamplingParams
+  try:
+    if FLAGS.budget < 1:
+      raise UsageError(f"--budget={FLAGS.budget}: must be >= 1")
+    if FLAGS.max_new_tokens < 1:
+      raise UsageError(f"--max_new_tokens={FLAGS.max_new_tokens}: must be >= 1")
+    try:
+      sampling = SamplingParams(FLAGS.temperature, FLAGS.top_p, FLAGS.top_k).validate()
+    except ValueError as e:
+      raise UsageError(f"--{str(e).split()[0]}: {e}") from None
+    dtype = parse_dtype(FLAGS.dtype)
+    target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
+                                                         want_drafter=FLAGS.mode != "ar")
+    prompts, texts = read_prompts(tok)
+    engine = Engine(target, cfg, drafter, dcfg)
+  except (UsageError, ValueError) as e:
+    print(f"ddtree-generate: error: {e}", file=sys.stderr)
+    return 2
+  print(f"model: {label}\nmode: {FLAGS.mode}" + (f" (budget {FLAGS.budget})" if FLAGS.mode == "ddtree" else ""),
+        file=sys.stderr)
+  stream = None
+  if FLAGS.stream and len(prompts) == 1 and tok is not None:
+    def stream(i, ids):
+      sys.stdout.write(tok.decode(ids))
+      sys.stdout.flush()
+    if texts[0] is not None:
+      sys.stdout.write(texts[0])
+  try:
+    results = engine.generate(prompts, mode=FLAGS.mode, budget=FLAGS.budget, sampling=sampling,
+                              max_new_tokens=FLAGS.max_new_tokens, seed=FLAGS.seed, stream=stream)
+  except ValueError as e:
+    print(f"ddtree-generate: error: {e}", file=sys.stderr)
+    return 2
+  records = []
+  for i, r in enumerate(results):
+    rec = {"prompt": texts[i], "prompt_ids": prompts[i], "token_ids": r.token_ids, "stats": r.stats()}
+    if tok is not None:
+      rec["text"] = r.text = tok.decode(r.token_ids)
+    records.append(rec)
+    if stream is None:
+      print(rec.get("text", r.token_ids))
+    s = r.stats()
+    print(f"\n[{i}] {len(r.token_ids)} tokens in {s['rounds']} rounds, tau {s['tau']:.2f} tokens/round, "
+          f"{s['tokens_per_s']:.1f} tokens/s ({s['stop_reason']})", file=sys.stderr)
+  if FLAGS.output_json:
+    tmp = FLAGS.output_json + ".tmp"
+    with open(tmp, "w") as f:
+      json.dump({"model": label, "mode": FLAGS.mode, "budget": FLAGS.budget, "results": records}, f, indent=1)
+    os.replace(tmp, FLAGS.output_json)
+  return 0
+
+
+def run():
+  app.run(lambda argv: sys.exit(main(argv)))
+
+
+if __name__ == "__main__":
+  run()

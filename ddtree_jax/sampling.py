@@ -1,0 +1,54 @@
+"""Choosing the target's token from logits: greedy (temperature 0) or a sample from the
+temperature / top-k / top-p filtered distribution. The same rule serves AR decoding and the tree
+walk, which is what makes speculative decoding lossless."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+  temperature: float = 0.0   # 0 = greedy
+  top_p: float = 1.0         # in (0, 1]
+  top_k: int = 0             # 0 = no top-k filter
+
+  def validate(self) -> "SamplingParams":
+    if not self.temperature >= 0.0:
+      raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+    if self.top_k < 0:
+      raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+    return self
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0.0
+
+
+def filtered_logits(logits, params: SamplingParams):
+  """logits: [..., V] fp32 -> logits/T with entries outside top-k / top-p set to -inf."""
+  x = logits.astype(jnp.float32) / params.temperature
+  v = x.shape[-1]
+  if params.top_k and params.top_k < v:
+    kth = jax.lax.top_k(x, params.top_k)[0][..., -1:]
+    x = jnp.where(x < kth, -jnp.inf, x)
+  if params.top_p < 1.0:
+    sorted_x = jnp.sort(x, axis=-1)[..., ::-1]
+    probs = jax.nn.softmax(sorted_x, axis=-1)
+    cum = jnp.cumsum(probs, axis=-1)
+    # Keep the smallest prefix whose mass reaches top_p (the first token is always kept).
+    keep_sorted = (cum - probs) < params.top_p
+    cutoff = jnp.min(jnp.where(keep_sorted, sorted_x, jnp.inf), axis=-1, keepdims=True)
+    x = jnp.where(x < cutoff, -jnp.inf, x)
+  return x
+
+
+def choose_tokens(logits, key, params: SamplingParams):
+  """logits: [..., V] -> int32 tokens [...]. Independent samples per position."""
+  if params.greedy:
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  return jax.random.categorical(key, filtered_logits(logits, params), axis=-1).astype(jnp.int32)

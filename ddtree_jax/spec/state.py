@@ -1,0 +1,55 @@
+"""The state of a batch of generations, carried from one compiled round to the next (donated)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from ddtree_jax.cache import LatentCache
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class GenerationState:
+  cache: LatentCache            # target latent cache; lengths = committed tokens
+  drafter_cache: Optional[object]  # DrafterCache of context entries (None in AR mode)
+  bonus: jax.Array              # [B] int32: the next token to feed (emitted, not yet in the cache)
+  key: jax.Array                # PRNG key
+  out: jax.Array                # [B, max_new + block] int32 generated tokens (the first out_len valid)
+  out_len: jax.Array            # [B] int32
+  max_new: jax.Array            # [B] int32 per-request max_new_tokens
+  done: jax.Array               # [B] bool
+  rounds: jax.Array             # [B] int32 rounds run while not done (prefill not counted)
+  per_round: jax.Array          # [B, max_rounds] int32 tokens emitted by each round
+
+
+def emit_tokens(state: GenerationState, emit, n_emit, stop_ids: tuple[int, ...]):
+  """Appends up to n_emit[b] tokens of emit [B, W] to the output, cutting at the first stop token
+  (which is kept) and at max_new. Finished sequences emit nothing. Returns (state, n_kept [B])."""
+  b, w = emit.shape
+  idx = jnp.arange(w)[None, :]
+  in_range = idx < n_emit[:, None]
+  if stop_ids:
+    is_stop = jnp.isin(emit, jnp.asarray(stop_ids, jnp.int32)) & in_range
+  else:
+    is_stop = jnp.zeros_like(in_range)
+  has_stop = jnp.any(is_stop, axis=1)
+  first_stop = jnp.where(has_stop, jnp.argmax(is_stop, axis=1), w)
+  remaining = state.max_new - state.out_len
+  n_kept = jnp.minimum(jnp.minimum(n_emit, first_stop + 1), remaining)
+  n_kept = jnp.where(state.done, 0, jnp.maximum(n_kept, 0)).astype(jnp.int32)
+  stopped = has_stop & (first_stop < n_kept)
+  def write(row, toks, start):
+    return jax.lax.dynamic_update_slice(row, toks, (start,))
+  written = jax.vmap(write)(state.out, jnp.where(idx < n_kept[:, None], emit, 0).astype(jnp.int32), state.out_len)
+  out = jnp.where(state.done[:, None], state.out, written)
+  out_len = state.out_len + n_kept
+  done = state.done | stopped | (out_len >= state.max_new)
+  active = ~state.done
+  rounds = state.rounds + active.astype(jnp.int32)
+  per_round = jax.vmap(lambda r, v, i, a: jnp.where(a, r.at[i].set(v), r))(
+      state.per_round, n_kept, jnp.minimum(state.rounds, state.per_round.shape[1] - 1), active)
+  new = dataclasses.replace(state, out=out, out_len=out_len, done=done, rounds=rounds, per_round=per_round)
+  return new, n_kept

@@ -1,0 +1,113 @@
+"""One round of generation as one pure function (jitted by the engine into one XLA program).
+
+Modes share this code: `ar` feeds the bonus token alone; `dflash` verifies the chain of the
+drafter's per-position argmaxes (a tree with one child per node); `ddtree` verifies the best-first
+tree of `budget` nodes. No host transfer happens inside a round.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from ddtree_jax.cache import LatentCache, compact_block
+from ddtree_jax.sampling import SamplingParams, choose_tokens
+from ddtree_jax.spec.state import GenerationState, emit_tokens
+from ddtree_jax.spec.tree import build_tree
+from ddtree_jax.spec.verify import walk_tree
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundSpec:
+  """Static description of a round (one compiled program per distinct RoundSpec)."""
+  mode: str                      # "ar" | "dflash" | "ddtree"
+  budget: int = 0                # tree nodes N (root not counted); dflash: block_size - 1
+  topk: int = 1                  # candidates per draft position, min(N, V)
+  block_size: int = 0
+  mask_token_id: int = 0
+  feature_layers: tuple[int, ...] = ()
+  sampling: SamplingParams = SamplingParams()
+  stop_ids: tuple[int, ...] = ()
+
+
+def prefill(target, drafter, state: GenerationState, tokens, prompt_len, spec: RoundSpec) -> GenerationState:
+  """tokens: [B, P] right-padded prompts; prompt_len: [B]. Fills both caches and emits the first token."""
+  b, p = tokens.shape
+  positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
+  j = jnp.arange(p)
+  causal = (j[None, :] <= j[:, None])[None] & (j[None, None, :] < prompt_len[:, None, None])
+  mask = causal | jnp.eye(p, dtype=bool)[None]
+  cache = dataclasses.replace(state.cache, lengths=jnp.zeros((b,), jnp.int32))
+  out = target(tokens, positions, cache, mask, feature_layers=spec.feature_layers, absorbed=False)
+  last = jnp.take_along_axis(out.logits, (prompt_len - 1)[:, None, None], axis=1)[:, 0]   # [B, V]
+  key, sub = jax.random.split(state.key)
+  first = choose_tokens(last, sub, spec.sampling)
+  dcache = state.drafter_cache
+  if drafter is not None:
+    dcache = drafter.append_context(out.features, positions, prompt_len, dcache)
+  state = dataclasses.replace(state, cache=dataclasses.replace(out.cache, lengths=prompt_len.astype(jnp.int32)),
+                              drafter_cache=dcache, bonus=first, key=key)
+  state, _ = emit_tokens(state, first[:, None], jnp.ones((b,), jnp.int32), spec.stop_ids)
+  # The prefill is not a speculative round: undo its round count.
+  return dataclasses.replace(state, rounds=jnp.zeros_like(state.rounds),
+                             per_round=jnp.zeros_like(state.per_round))
+
+
+def ar_round(target, state: GenerationState, spec: RoundSpec) -> GenerationState:
+  b = state.bonus.shape[0]
+  start = state.cache.lengths
+  active = ~state.done
+  out = target(state.bonus[:, None], start[:, None], state.cache, jnp.ones((b, 1, 1), bool))
+  key, sub = jax.random.split(state.key)
+  nxt = choose_tokens(out.logits[:, 0], sub, spec.sampling)
+  cache = dataclasses.replace(out.cache, lengths=start + active.astype(jnp.int32))
+  state = dataclasses.replace(state, cache=cache, key=key, bonus=jnp.where(active, nxt, state.bonus))
+  state, _ = emit_tokens(state, nxt[:, None], jnp.ones((b,), jnp.int32), spec.stop_ids)
+  return state
+
+
+def draft_distributions(target, drafter, state: GenerationState, spec: RoundSpec):
+  """Runs the drafter on [bonus, MASK x (B-1)] -> top-K log-probs and tokens per draft position
+  ([B, L, K] each, L = block_size - 1), normalised over the full vocabulary."""
+  b = state.bonus.shape[0]
+  bk = spec.block_size
+  start = state.cache.lengths
+  block = jnp.concatenate([state.bonus[:, None], jnp.full((b, bk - 1), spec.mask_token_id, jnp.int32)], axis=1)
+  positions = start[:, None] + jnp.arange(bk, dtype=jnp.int32)[None, :]
+  hidden = drafter(target.embed(block), positions, state.drafter_cache)            # [B, Bk, D]
+  logits = target.lm_head(hidden[:, 1:]).astype(jnp.float32)                       # [B, L, V]
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  return jax.lax.top_k(logp, spec.topk)
+
+
+def speculative_round(target, drafter, state: GenerationState, spec: RoundSpec) -> GenerationState:
+  b = state.bonus.shape[0]
+  bk, n = spec.block_size, spec.budget
+  start = state.cache.lengths
+  active = ~state.done
+  top_lp, top_tok = draft_distributions(target, drafter, state, spec)
+  tree = build_tree(top_lp, top_tok, n, root_tokens=state.bonus)
+  tokens = jnp.where(tree.valid, tree.tokens, 0)
+  positions = start[:, None] + tree.depths
+  mask = (tree.ancestors & tree.valid[:, None, :]) | jnp.eye(n + 1, dtype=bool)[None]
+  out = target(tokens, positions, state.cache, mask, feature_layers=spec.feature_layers)
+  key, sub = jax.random.split(state.key)
+  target_tokens = choose_tokens(out.logits, sub, spec.sampling)                    # [B, N+1]
+  path, n_acc, bonus = walk_tree(tokens, tree.parents, tree.valid, target_tokens, bk - 1)
+  # Emitted this round: the accepted nodes' tokens, then the bonus (n_acc tokens in all).
+  path_tokens = jnp.take_along_axis(tokens, path, axis=1)                          # [B, Bk]
+  shifted = jnp.concatenate([path_tokens[:, 1:], jnp.zeros((b, 1), jnp.int32)], axis=1)
+  i = jnp.arange(bk)[None, :]
+  emit = jnp.where(i == (n_acc - 1)[:, None], bonus[:, None], shifted)
+  committed = jnp.where(active, n_acc, 0)
+  cache = LatentCache(
+      ckv=tuple(compact_block(c, start, path, n + 1) for c in out.cache.ckv),
+      kpe=tuple(compact_block(c, start, path, n + 1) for c in out.cache.kpe),
+      lengths=start + committed)
+  feats = jnp.take_along_axis(out.features, path[:, :, None], axis=1)              # [B, Bk, K*D]
+  dcache = drafter.append_context(feats, start[:, None] + i.astype(jnp.int32), committed, state.drafter_cache)
+  state = dataclasses.replace(state, cache=cache, drafter_cache=dcache, key=key,
+                              bonus=jnp.where(active, bonus, state.bonus))
+  state, _ = emit_tokens(state, emit, n_acc, spec.stop_ids)
+  return state

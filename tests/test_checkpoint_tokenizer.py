@@ -77,6 +77,7 @@ def test_chat_format(kimi):
   assert [i for i in ids if i >= n] == [sp["<|im_system|>"], sp["<|im_middle|>"], sp["<|im_end|>"], sp["<|im_user|>"],
                                          sp["<|im_middle|>"], sp["<|im_end|>"], sp["<|im_assistant|>"], sp["<|im_middle|>"]]
   assert tok.decode(ids) == s
+  assert tok.encode_chat("hello") == tok.encode(chat_prompt([{"role": "user", "content": "hello"}]))
   assert chat_prompt([{"role": "user", "content": "x"}], default_system="S").startswith("<|im_system|>system<|im_middle|>S<|im_end|>")
   with pytest.raises(ValueError, match="unknown role"):
     chat_prompt([{"role": "robot", "content": "x"}])

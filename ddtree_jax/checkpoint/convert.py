@@ -23,6 +23,9 @@ from ddtree_jax.checkpoint.safetensors_reader import CheckpointError
 
 log = logging.getLogger("ddtree_jax.checkpoint")
 
+# Small non-weight files carried over into the converted directory (plus tokenizer* and chat_template*).
+AUX_FILES = ("tiktoken.model", "generation_config.json", "special_tokens_map.json")
+
 
 def convert_checkpoint(hf_dir: str, out_dir: str, *, drafter_dir: Optional[str] = None, dtype=jnp.bfloat16,
                        mesh: Optional[Mesh] = None, shardings: load_lib.Shardings = None, overwrite: bool = False,
@@ -50,6 +53,11 @@ def convert_checkpoint(hf_dir: str, out_dir: str, *, drafter_dir: Optional[str] 
   try:
     os.makedirs(os.path.join(tmp, "target"))
     shutil.copyfile(reader.ckpt.config_path, os.path.join(tmp, "config.json"))
+    for name in sorted(os.listdir(reader.ckpt.path)):     # tokenizer, generation config, chat template
+      if name in AUX_FILES or name.startswith("tokenizer") or name.startswith("chat_template"):
+        src = os.path.join(reader.ckpt.path, name)
+        if os.path.isfile(src) and name != "config.json":
+          shutil.copyfile(src, os.path.join(tmp, name))
     shapes = load_lib.param_shapes(load_lib.abstract_target(cfg, dtype))
     groups: dict[str, list[str]] = {}
     for gname, group in reader.iter_groups({k: v.dtype for k, v in shapes.items()}, tick):

@@ -64,7 +64,15 @@ def _added_tokens(dir_path: str) -> dict[int, str]:
   return {int(k): v["content"] for k, v in (d.get("added_tokens_decoder") or {}).items()}
 
 
-class KimiTokenizer:
+class _ChatMixin:
+  def encode_chat(self, messages, **kw) -> list[int]:
+    """A user text (str) or a list of {"role", "content"} messages -> ids of the Kimi chat prompt."""
+    if isinstance(messages, str):
+      messages = [{"role": "user", "content": messages}]
+    return self.encode(chat_prompt(messages, **kw), allow_special=True)
+
+
+class KimiTokenizer(_ChatMixin):
   """Kimi's tiktoken tokenizer. ids: base BPE [0, n) + 256 specials [n, n + 256)."""
 
   def __init__(self, path: str, special_names: Optional[Mapping[int, str]] = None):
@@ -109,7 +117,7 @@ class KimiTokenizer:
     return self.special_tokens["<|im_end|>"]
 
 
-class HFTokenizer:
+class HFTokenizer(_ChatMixin):
   """A `tokenizer.json` through HF tokenizers."""
 
   def __init__(self, path: str):
@@ -171,4 +179,6 @@ def chat_prompt(messages: Sequence[Mapping[str, str]], *, add_generation_prompt:
 
 
 def encode_chat(tokenizer, messages, **kw) -> list[int]:
+  if isinstance(messages, str):
+    messages = [{"role": "user", "content": messages}]
   return tokenizer.encode(chat_prompt(messages, **kw), allow_special=True)

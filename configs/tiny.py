@@ -1,6 +1,6 @@
 """Small test presets that keep every structural feature of K2.6: MLA with q_lora, YaRN, dense first
 layers, a shared expert, group-limited noaux_tc routing and INT4 (or dense) routed experts."""
-from ddtree_jax.config import DFlashConfig, Int4Quantization, ModelConfig, RopeScaling, default_target_layer_ids
+from ddtree_jax.config import DFlashConfig, Int4Quantization, ModelConfig, RopeScaling
 
 
 def tiny(int4: bool = True, **overrides) -> ModelConfig:
@@ -23,7 +23,7 @@ def tiny_drafter(target: ModelConfig, block_size: int = 8, **overrides) -> DFlas
       vocab_size=target.vocab_size, hidden_size=target.hidden_size, num_hidden_layers=2, num_attention_heads=4,
       num_key_value_heads=2, head_dim=16, intermediate_size=128, block_size=block_size,
       mask_token_id=target.vocab_size - 1,
-      target_layer_ids=default_target_layer_ids(target.num_hidden_layers, 2),
+      target_layer_ids=(0, target.num_hidden_layers - 1),
       num_target_layers=target.num_hidden_layers, rms_norm_eps=1e-6, rope_theta=1e6)
   return cfg.replace(**overrides).check_against(target)
 

@@ -42,7 +42,7 @@ def prefill(target, drafter, state: GenerationState, tokens, prompt_len, spec: R
   out = target(tokens, positions, cache, mask, feature_layers=spec.feature_layers, absorbed=False)
   last = jnp.take_along_axis(out.logits, (prompt_len - 1)[:, None, None], axis=1)[:, 0]   # [B, V]
   key, sub = jax.random.split(state.key)
-  first = choose_tokens(last, sub, spec.sampling)
+  first = choose_tokens(last, sub, spec.sampling, getattr(target, "mesh", None))
   dcache = state.drafter_cache
   if drafter is not None:
     dcache = drafter.append_context(out.features, positions, prompt_len, dcache)
@@ -60,7 +60,7 @@ def ar_round(target, state: GenerationState, spec: RoundSpec) -> GenerationState
   active = ~state.done
   out = target(state.bonus[:, None], start[:, None], state.cache, jnp.ones((b, 1, 1), bool))
   key, sub = jax.random.split(state.key)
-  nxt = choose_tokens(out.logits[:, 0], sub, spec.sampling)
+  nxt = choose_tokens(out.logits[:, 0], sub, spec.sampling, getattr(target, "mesh", None))
   cache = dataclasses.replace(out.cache, lengths=start + active.astype(jnp.int32))
   state = dataclasses.replace(state, cache=cache, key=key, bonus=jnp.where(active, nxt, state.bonus))
   state, _ = emit_tokens(state, nxt[:, None], jnp.ones((b,), jnp.int32), spec.stop_ids)
@@ -70,6 +70,8 @@ def ar_round(target, state: GenerationState, spec: RoundSpec) -> GenerationState
 def draft_distributions(target, drafter, state: GenerationState, spec: RoundSpec):
   """Runs the drafter on [bonus, MASK x (B-1)] -> top-K log-probs and tokens per draft position
   ([B, L, K] each, L = block_size - 1), normalised over the full vocabulary."""
+  if hasattr(drafter, "draft_topk"):      # a drafter that drafts from the target itself (spec/oracle.py)
+    return drafter.draft_topk(target, state, spec.topk)
   b = state.bonus.shape[0]
   bk = spec.block_size
   start = state.cache.lengths
@@ -77,6 +79,9 @@ def draft_distributions(target, drafter, state: GenerationState, spec: RoundSpec
   positions = start[:, None] + jnp.arange(bk, dtype=jnp.int32)[None, :]
   hidden = drafter(target.embed(block), positions, state.drafter_cache)            # [B, Bk, D]
   logits = target.lm_head(hidden[:, 1:]).astype(jnp.float32)                       # [B, L, V]
+  from ddtree_jax import vocab_parallel
+  if vocab_parallel.applies(getattr(target, "mesh", None), logits.shape[-1]):   # from vocabulary shards
+    return vocab_parallel.top_k_logprobs(logits, spec.topk, target.mesh)
   logp = jax.nn.log_softmax(logits, axis=-1)
   return jax.lax.top_k(logp, spec.topk)
 
@@ -93,7 +98,7 @@ def speculative_round(target, drafter, state: GenerationState, spec: RoundSpec) 
   mask = (tree.ancestors & tree.valid[:, None, :]) | jnp.eye(n + 1, dtype=bool)[None]
   out = target(tokens, positions, state.cache, mask, feature_layers=spec.feature_layers)
   key, sub = jax.random.split(state.key)
-  target_tokens = choose_tokens(out.logits, sub, spec.sampling)                    # [B, N+1]
+  target_tokens = choose_tokens(out.logits, sub, spec.sampling, getattr(target, "mesh", None))   # [B, N+1]
   path, n_acc, bonus = walk_tree(tokens, tree.parents, tree.valid, target_tokens, bk - 1)
   # Emitted this round: the accepted nodes' tokens, then the bonus (n_acc tokens in all).
   path_tokens = jnp.take_along_axis(tokens, path, axis=1)                          # [B, Bk]

@@ -74,4 +74,17 @@ def random_models(dtype, *, want_drafter: bool, seed: int = 0):
   if want_drafter:
     dcfg = tiny_drafter(cfg)
     drafter = DFlashDrafter(dcfg, dtype=dtype, rngs=nnx.Rngs(seed + 1))
-  return target, cfg, drafter, dcfg, None, "RANDOM-WEIGHT tiny model (no checkpoint found; output is not text)"
+  return (target, cfg, drafter, dcfg, ByteTokenizer(),
+          "RANDOM-WEIGHT tiny model with a byte tokenizer (no checkpoint found; its output is not text)")
+
+
+class ByteTokenizer:
+  """Token id = byte value (vocabulary 256): lets the random tiny model take text prompts."""
+
+  def encode(self, text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+  encode_chat = encode
+
+  def decode(self, ids) -> str:
+    return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")

@@ -71,12 +71,16 @@ def rel_err(out, ref):
 
 # ----------------------------------------------------------------------------------------------- roofline
 def roofline(smoke):
+  w = jnp.ones((1024, 1024), jnp.bfloat16)
+  for _ in range(200):                                            # let the clocks ramp up first
+    w = (w @ w) * 1e-3
+  w.block_until_ready()
   n = (1 << 16) if smoke else (1 << 29)                          # 1 GiB of bf16
   x = jax.random.normal(jax.random.PRNGKey(0), (n,), jnp.bfloat16)
   f = jax.jit(lambda v: v * 1.5 + 1.0)
   f(x).block_until_ready()
   ts = []
-  for _ in range(10):
+  for _ in range(30):
     t = time.perf_counter(); f(x).block_until_ready(); ts.append(time.perf_counter() - t)
   copy_bw = 2 * n * 2 / statistics.median(ts)
   m = 512 if smoke else 8192
@@ -229,7 +233,19 @@ def ragged_bf16_moe(x, ids, w, wg, wu, wd, *, e):
   return jnp.zeros((n, x.shape[1]), jnp.float32).at[tok].add(y * wt[:, None]).astype(x.dtype)
 
 
-def bench_moe(copy_bw, mm, smoke, budget_s):
+PLANAR_SWEEP = {
+    1: [dict(planar=True, block_m=16, block_n=32, block_k=256, num_warps=4, num_stages=3)],
+    8: [dict(planar=True, block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3),
+        dict(planar=True, block_m=16, block_n=32, block_k=256, num_warps=4, num_stages=3)],
+    64: [dict(planar=True, block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3)],
+    512: [dict(planar=True, block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3),
+          dict(planar=True, block_m=32, block_n=64, block_k=256, num_warps=4, num_stages=3)],
+    4096: [dict(planar=True, block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=3),
+           dict(planar=True, block_m=128, block_n=64, block_k=128, num_warps=8, num_stages=3)],
+}
+
+
+def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False):
   if smoke:
     e, d, inter = 6, 256, 128
     ms = [1, 8, 40]
@@ -244,6 +260,9 @@ def bench_moe(copy_bw, mm, smoke, budget_s):
              4096: [dict(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=3),
                     dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3),
                     dict(block_m=128, block_n=64, block_k=128, num_warps=4, num_stages=3)]}
+  if planar_only and not smoke:
+    ms = [1, 8, 64, 512, 4096]
+    sweep = PLANAR_SWEEP
   base = moe_inputs(0, max(ms), e, d, inter)
   experts = base[3:]
   # bf16 weights for the ragged_dot baseline: [E, D, I] gate/up, [E, I, D] down.
@@ -266,7 +285,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s):
                  roofline_s=max(bytes_ / copy_bw, flops / mm))
       ref = routed_experts_int4_reference(*args, expert_offset=0)
       best = None
-      for cfg in [dict()] + sweep.get(m, []):
+      for cfg in ([] if planar_only and not smoke else [dict()]) + sweep.get(m, []):
         try:
           fn = functools.partial(routed_experts_int4_pallas, expert_offset=0, interpret=smoke, **cfg)
           err = rel_err(jax.jit(fn)(*args), ref)
@@ -277,14 +296,17 @@ def bench_moe(copy_bw, mm, smoke, budget_s):
             best = rec
         except Exception as e_:  # noqa: BLE001
           row.setdefault("configs", []).append(dict(cfg=cfg, error=repr(e_)[:400]))
-      try:
+      if planar_only:
+        pass
+      else:
+       try:
         row["ragged_bf16_s"] = timeit(functools.partial(ragged_bf16_moe, e=e), [sub[:3] + (wg, wu, wd)], reps=3)
         row["ragged_bf16_err"] = rel_err(jax.jit(functools.partial(ragged_bf16_moe, e=e))(*sub[:3], wg, wu, wd), ref)
-      except Exception as e_:  # noqa: BLE001
+       except Exception as e_:  # noqa: BLE001
         row["ragged_error"] = repr(e_)[:300]
-      try:
+       try:
         row["xla_ref_s"] = timeit(functools.partial(routed_experts_int4_reference, expert_offset=0), [args], reps=3)
-      except Exception as e_:  # noqa: BLE001
+       except Exception as e_:  # noqa: BLE001
         row["xla_ref_error"] = repr(e_)[:300]
       if best:
         row.update(best=best, time_s=best["time_s"], err=best["err"],
@@ -346,13 +368,14 @@ def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--smoke", action="store_true", help="tiny shapes, Pallas interpreter (CPU dry run)")
   ap.add_argument("--only", choices=["mla", "moe", "all"], default="all")
+  ap.add_argument("--moe-planar-only", action="store_true", help="MoE: only the planar-dequant configs, no baselines")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")
   a = ap.parse_args()
   log(f"jax {jax.__version__}, backend {jax.default_backend()}, devices {jax.devices()}")
   copy_bw, mm = roofline(a.smoke)
   flush()
   if a.only in ("moe", "all"):
-    bench_moe(copy_bw, mm, a.smoke, a.budget if a.only == "moe" else a.budget * 0.42)
+    bench_moe(copy_bw, mm, a.smoke, a.budget if a.only == "moe" else a.budget * 0.42, a.moe_planar_only)
   if a.only in ("mla", "all"):
     bench_mla(copy_bw, mm, a.smoke, a.budget)
   t = table()

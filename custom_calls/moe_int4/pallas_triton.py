@@ -46,8 +46,28 @@ def _dequant(words, scales, group_size, dtype):
   return w.reshape(bn, bk).astype(dtype)
 
 
+def _planar_dot(acc, xt, w_ref, s_ref, e, n0, kk, *, block_n, block_k, group_size, precision):
+  """acc += x_chunk @ W_chunk^T without reshapes: one dot per nibble j over columns 8w + j.
+
+  xt(cols) -> [BM, BK/8] loads the activations of the given absolute columns;
+  w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]. The chunk is columns [kk*BK, (kk+1)*BK).
+  """
+  bk8 = block_k // 8
+  words = w_ref[e, pl.ds(n0, block_n), pl.ds(kk * bk8, bk8)]                  # [BN, BK/8]
+  w_idx = jnp.arange(bk8, dtype=jnp.int32)
+  rows = n0 + jnp.arange(block_n, dtype=jnp.int32)
+  # scale of column 8w + j is group (8w + j) // g = (8w) // g for g >= 8 (the same for all j)
+  sc = s_ref[e, rows[:, None], (kk * block_k + 8 * w_idx)[None, :] // group_size].astype(jnp.float32)
+  for j in range(8):
+    nib = (words >> (4 * j)) & 0xF
+    q = lax.bitcast_convert_type(nib | _MAGIC, jnp.float32) - _MAGIC_OFFSET     # [BN, BK/8], exact
+    xj = xt(kk * block_k + 8 * w_idx + j)                                       # [BM, BK/8]
+    acc += plgpu.dot(xj, (q * sc).astype(xj.dtype), trans_b=True, precision=precision)
+  return acc
+
+
 def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, *,
-                    block_m, block_n, block_k, group_size, num_tokens, precision):
+                    block_m, block_n, block_k, group_size, num_tokens, precision, planar):
   """bvalid/bexp: [NB] i32; tok: [P_pad] i32 (num_tokens = pad); x: [N, D];
   gw/uw: i32 [E, I, D/8]; gs/us: [E, I, D/g]; h: [P_pad, I]."""
   blk = pl.program_id(0)
@@ -63,6 +83,15 @@ def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref
     cols = jnp.arange(block_k, dtype=jnp.int32)
     n0 = jn * block_n
 
+    def body_planar(kk, carry):
+      acc_g, acc_u = carry
+      xt = lambda c: plgpu.load(x_ref.at[toks[:, None], c[None, :]],
+                                mask=jnp.broadcast_to(tok_ok[:, None], (block_m, c.shape[0])), other=0.)
+      kw = dict(block_n=block_n, block_k=block_k, group_size=group_size, precision=precision)
+      acc_g = _planar_dot(acc_g, xt, gw_ref, gs_ref, e, n0, kk, **kw)
+      acc_u = _planar_dot(acc_u, xt, uw_ref, us_ref, e, n0, kk, **kw)
+      return acc_g, acc_u
+
     def body(kk, carry):
       acc_g, acc_u = carry
       xb = plgpu.load(x_ref.at[toks[:, None], kk * block_k + cols[None, :]],
@@ -76,13 +105,13 @@ def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref
       return acc_g, acc_u
 
     zeros = jnp.zeros((block_m, block_n), jnp.float32)
-    acc_g, acc_u = lax.fori_loop(0, d // block_k, body, (zeros, zeros))
+    acc_g, acc_u = lax.fori_loop(0, d // block_k, body_planar if planar else body, (zeros, zeros))
     h = acc_g * jax.nn.sigmoid(acc_g) * acc_u
     h_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = h.astype(h_ref.dtype)
 
 
 def _down_kernel(bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m, block_n, block_k, group_size,
-                 precision):
+                 precision, planar):
   """h: [P_pad, I]; dw: i32 [E, D, I/8]; ds: [E, D, I/g]; y: [P_pad, D] f32."""
   blk = pl.program_id(0)
   jn = pl.program_id(1)
@@ -93,6 +122,13 @@ def _down_kernel(bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m,
     e = bexp_ref[blk]
     n0 = jn * block_n
 
+    rows = blk * block_m + jnp.arange(block_m, dtype=jnp.int32)
+
+    def body_planar(kk, acc):
+      ht = lambda c: h_ref[rows[:, None], c[None, :]]
+      return _planar_dot(acc, ht, dw_ref, ds_ref, e, n0, kk, block_n=block_n, block_k=block_k,
+                         group_size=group_size, precision=precision)
+
     def body(kk, acc):
       hb = h_ref[pl.ds(blk * block_m, block_m), pl.ds(kk * block_k, block_k)]      # [BM, BK]
       w = _dequant(dw_ref[e, pl.ds(n0, block_n), pl.ds(kk * (block_k // 8), block_k // 8)],
@@ -100,7 +136,8 @@ def _down_kernel(bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m,
                    group_size, hb.dtype)
       return acc + plgpu.dot(hb, w, trans_b=True, precision=precision)
 
-    acc = lax.fori_loop(0, inter // block_k, body, jnp.zeros((block_m, block_n), jnp.float32))
+    acc = lax.fori_loop(0, inter // block_k, body_planar if planar else body,
+                        jnp.zeros((block_m, block_n), jnp.float32))
     y_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = acc.astype(y_ref.dtype)
 
 
@@ -152,16 +189,18 @@ def supported(x, gate_packed, down_packed, group_size):
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_m", "block_n", "block_k", "num_warps",
-                                             "num_stages", "interpret"))
+                                             "num_stages", "planar", "interpret"))
 def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                down_packed, down_scale, expert_offset=0, *, group_size=32, block_m=None,
-                               block_n=None, block_k=None, num_warps=None, num_stages=None, interpret=False):
+                               block_n=None, block_k=None, num_warps=None, num_stages=None, planar=False, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
   gate_packed/up_packed: int32 [E, I, D/8]; gate_scale/up_scale: [E, I, D/g];
   down_packed: int32 [E, D, I/8]; down_scale: [E, D, I/g]. expert_offset may be traced (shard_map).
   Returns [N, D] in x.dtype. Block sizes default by rows per expert (default_blocks).
+  planar=True: dequantise without reshapes (8 dots of K = block_k/8 per chunk, one per nibble position,
+  activations gathered with stride 8); planar=False: unpack to [BN, BK/8, 8] and reshape to [BN, BK].
   """
   n, d = x.shape
   k = expert_ids.shape[1]
@@ -184,6 +223,8 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   for name, size, blk in (("D", d, block_k), ("I", inter, block_k_down), ("I", inter, block_n), ("D", d, block_n)):
     if size % blk:
       raise ValueError(f"routed_experts_int4_pallas: {name} = {size} is not a multiple of block {blk}")
+  if planar and (block_k < 128 or group_size < 8 or block_k_down < 128):
+    raise ValueError(f"routed_experts_int4_pallas: planar=True needs block_k >= 128 (dots of K = block_k/8 >= 16)")
   if block_k % group_size or block_k % 8:
     raise ValueError(f"routed_experts_int4_pallas: block_k {block_k} must be a multiple of group {group_size}")
   precision = lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
@@ -195,7 +236,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
 
   h = pl.pallas_call(
       functools.partial(_gate_up_kernel, block_m=block_m, block_n=block_n, block_k=block_k,
-                        group_size=group_size, num_tokens=n, precision=precision),
+                        group_size=group_size, num_tokens=n, precision=precision, planar=planar),
       grid=(nb, inter // block_n),
       out_shape=jax.ShapeDtypeStruct((p_pad, inter), x.dtype),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up",
@@ -203,7 +244,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
 
   y = pl.pallas_call(
       functools.partial(_down_kernel, block_m=block_m, block_n=block_n, block_k=block_k_down,
-                        group_size=group_size, precision=precision),
+                        group_size=group_size, precision=precision, planar=planar),
       grid=(nb, d // block_n),
       out_shape=jax.ShapeDtypeStruct((p_pad, d), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_down",

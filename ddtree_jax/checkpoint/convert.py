@@ -60,12 +60,11 @@ def convert_checkpoint(hf_dir: str, out_dir: str, *, drafter_dir: Optional[str] 
           shutil.copyfile(src, os.path.join(tmp, name))
     shapes = load_lib.param_shapes(load_lib.abstract_target(cfg, dtype))
     groups: dict[str, list[str]] = {}
-    for gname, group in reader.iter_groups({k: v.dtype for k, v in shapes.items()}, tick):
-      arrays = {k: load_lib.put(a, load_lib.sharding_for(shardings, k, a.shape, a.dtype)) for k, a in group.items()}
-      del group
+    place = lambda k, a: load_lib.put(a, load_lib.sharding_for(shardings, k, a.shape, a.dtype))
+    for gname, arrays in reader.iter_groups({k: v.dtype for k, v in shapes.items()}, tick, place):
       orbax_io.save_tree(os.path.join(tmp, "target", gname), arrays)
       groups[gname] = list(arrays)
-      del arrays
+      arrays.clear()              # the reader's generator shares this dict: free the group now
       if on_group:
         on_group(gname)
     manifest: dict[str, Any] = {

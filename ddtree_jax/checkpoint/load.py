@@ -209,10 +209,31 @@ class TargetReader:
       on_tensor(a.nbytes)
     return np.ascontiguousarray(a.T if spec.transpose else a, dtype=dtype)
 
-  def iter_groups(self, dtypes: Mapping[str, Any], on_tensor=None) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
-    """Yields (group name, {param path: host array}) one group at a time; `dtypes`: {path: dtype}."""
+  def iter_groups(self, dtypes: Mapping[str, Any], on_tensor=None, place=None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yields (group name, {param path: array}) one group at a time; `dtypes`: {path: dtype}.
+
+    `place(path, host_array) -> jax.Array` is applied to each parameter as soon as it is read, so that
+    at most one parameter is held twice (host + device); without it the group's host arrays are yielded."""
     for gname, specs in self.groups.items():
-      yield gname, {s.path: self.read_spec(s, dtypes[s.path], on_tensor) for s in specs}
+      out = {}
+      for s in specs:
+        a = self.read_spec(s, dtypes[s.path], on_tensor)
+        out[s.path] = place(s.path, a) if place is not None else a
+        del a
+      yield gname, out
+      del out
+      release_host_memory()
+
+
+def release_host_memory():
+  """Returns freed heap pages to the OS (glibc keeps them otherwise, which inflates RSS group after group)."""
+  import ctypes
+  import gc
+  gc.collect()
+  try:
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+  except (OSError, AttributeError):
+    pass
 
 
 def _is_orbax_dir(path: str) -> bool:
@@ -238,9 +259,9 @@ def load_target(path: str, dtype=jnp.bfloat16, mesh: Optional[Mesh] = None, *, s
   cfg = reader.cfg
   shapes = param_shapes(abstract_target(cfg, dtype))
   arrays: dict[str, jax.Array] = {}
-  for _, group in reader.iter_groups({k: v.dtype for k, v in shapes.items()}, on_tensor):
-    for k, a in group.items():
-      arrays[k] = put(a, sharding_for(shardings, k, a.shape, a.dtype))
+  place = lambda k, a: put(a, sharding_for(shardings, k, a.shape, a.dtype))
+  for _, group in reader.iter_groups({k: v.dtype for k, v in shapes.items()}, on_tensor, place):
+    arrays.update(group)
     del group
   model = build_module(lambda: DeepseekV3(cfg, dtype=dtype, rngs=nnx.Rngs(0)), arrays)
   return model, cfg

@@ -76,10 +76,9 @@ def _flatten(tree: Mapping, prefix: str = "") -> dict[str, Any]:
 
 def save_tree(directory: str, arrays: Mapping[str, jax.Array]):
   """Saves {param path: jax.Array} (with their shardings) as one orbax checkpoint; blocks until written."""
-  ckptr = ocp.StandardCheckpointer()
+  ckptr = ocp.Checkpointer(ocp.StandardCheckpointHandler())   # synchronous: no second in-flight copy
   try:
-    ckptr.save(os.path.abspath(directory), _nest(arrays))
-    ckptr.wait_until_finished()
+    ckptr.save(os.path.abspath(directory), args=ocp.args.StandardSave(_nest(arrays)))
   finally:
     ckptr.close()
 

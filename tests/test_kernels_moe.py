@@ -43,6 +43,7 @@ CASES = [
     (5, 4, 12, 6, 3, jnp.float32, {}),                                             # expert parallel shard
     (9, 3, 16, 8, 0, jnp.bfloat16, dict(block_m=16, block_n=32, block_k=64)),      # bf16, small tiles
     (1, 2, 6, 6, 0, jnp.float32, {}),                                              # one token: most experts empty
+    (7, 3, 8, 8, 0, jnp.bfloat16, dict(planar=True, block_k=128, block_n=32)),     # reshape-free dequant
 ]
 
 

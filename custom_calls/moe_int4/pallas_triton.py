@@ -171,14 +171,18 @@ def route(expert_ids, num_local, expert_offset, block_m):
   return row_token, pos, is_local, block_valid, block_expert
 
 
-def default_blocks(num_pairs_bound, num_local):
-  """(block_m, block_n, block_k, num_warps, num_stages) by expected rows per expert."""
-  rows_per_expert = num_pairs_bound / max(num_local, 1)
-  if rows_per_expert <= 16:
-    return 16, 64, 256, 4, 3
-  if rows_per_expert <= 64:
-    return 64, 64, 128, 4, 3
-  return 128, 128, 64, 8, 3
+def default_blocks(num_tokens, num_local):
+  """(block_m, block_n, block_k, num_warps, num_stages, planar), picked from H200 measurements
+  (benchmarks/RESULTS.md) at the K2.6 shard (48 experts, D 7168, I 2048), assuming about one local
+  (token, expert) pair per token (top-8 of 384 experts over 8 devices)."""
+  del num_local
+  if num_tokens <= 2:
+    return 16, 32, 512, 4, 3, False
+  if num_tokens <= 16:
+    return 16, 64, 256, 4, 3, False
+  if num_tokens <= 1024:
+    return 16, 64, 256, 4, 3, True
+  return 128, 128, 64, 8, 3, False
 
 
 def supported(x, gate_packed, down_packed, group_size):
@@ -192,14 +196,14 @@ def supported(x, gate_packed, down_packed, group_size):
                                              "num_stages", "planar", "interpret"))
 def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                down_packed, down_scale, expert_offset=0, *, group_size=32, block_m=None,
-                               block_n=None, block_k=None, num_warps=None, num_stages=None, planar=False, interpret=False):
+                               block_n=None, block_k=None, num_warps=None, num_stages=None, planar=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
   gate_packed/up_packed: int32 [E, I, D/8]; gate_scale/up_scale: [E, I, D/g];
   down_packed: int32 [E, D, I/8]; down_scale: [E, D, I/g]. expert_offset may be traced (shard_map).
   Returns [N, D] in x.dtype. Block sizes default by rows per expert (default_blocks).
-  planar=True: dequantise without reshapes (8 dots of K = block_k/8 per chunk, one per nibble position,
+  planar (None: by default_blocks, or False when block_k is given) = True: dequantise without reshapes (8 dots of K = block_k/8 per chunk, one per nibble position,
   activations gathered with stride 8); planar=False: unpack to [BN, BK/8, 8] and reshape to [BN, BK].
   """
   n, d = x.shape
@@ -213,12 +217,15 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
     raise ValueError(f"routed_experts_int4_pallas: scales {gate_scale.shape}, {down_scale.shape} do not match "
                      f"group_size {group_size}")
-  dbm, dbn, dbk, dnw, dns = default_blocks(n * k, e)
+  dbm, dbn, dbk, dnw, dns, dplanar = default_blocks(n, e)
+  if planar is None:
+    planar = dplanar if block_k is None else False
   block_m = block_m or dbm
   block_n = block_n or dbn
   block_k = block_k or dbk
   num_warps = num_warps or dnw
   num_stages = num_stages or dns
+  block_k = min(block_k, d)
   block_k_down = min(block_k, inter)
   for name, size, blk in (("D", d, block_k), ("I", inter, block_k_down), ("I", inter, block_n), ("D", d, block_n)):
     if size % blk:

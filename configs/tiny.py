@@ -28,5 +28,17 @@ def tiny_drafter(target: ModelConfig, block_size: int = 8, **overrides) -> DFlas
   return cfg.replace(**overrides).check_against(target)
 
 
+def tiny_shardable(int4: bool = True, **overrides) -> ModelConfig:
+  """`tiny` with heads (8), routed experts (16), shared and dense intermediate sizes and the vocabulary
+  divisible by 8: every partition rule of ddtree_jax/sharding.py applies on meshes up to 8 devices."""
+  return tiny(int4=int4, **{**dict(num_attention_heads=8, n_routed_experts=16), **overrides})
+
+
+def tiny_shardable_drafter(target: ModelConfig, block_size: int = 8, **overrides) -> DFlashConfig:
+  """`tiny_drafter` with 16 query / 8 KV heads of 8 dims (GQA, splittable over 8 devices)."""
+  return tiny_drafter(target, block_size, **{**dict(num_attention_heads=16, num_key_value_heads=8, head_dim=8),
+                                             **overrides})
+
+
 def get_config():
   return tiny()

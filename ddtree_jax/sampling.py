@@ -47,8 +47,15 @@ def filtered_logits(logits, params: SamplingParams):
   return x
 
 
-def choose_tokens(logits, key, params: SamplingParams):
-  """logits: [..., V] -> int32 tokens [...]. Independent samples per position."""
+def choose_tokens(logits, key, params: SamplingParams, mesh=None):
+  """logits: [..., V] -> int32 tokens [...]. Independent samples per position.
+
+  With a `mesh` whose "model" axis splits the vocabulary, the decision is taken from the vocabulary
+  shards (vocab_parallel.py): the same tokens, without gathering the logits."""
+  if mesh is not None:
+    from ddtree_jax import vocab_parallel
+    if vocab_parallel.applies(mesh, logits.shape[-1]):
+      return vocab_parallel.choose_tokens(logits, key, params, mesh)
   if params.greedy:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
   return jax.random.categorical(key, filtered_logits(logits, params), axis=-1).astype(jnp.int32)

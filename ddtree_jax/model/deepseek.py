@@ -51,6 +51,7 @@ class DeepseekV3(nnx.Module):
     inv_freq, mult = yarn_inv_freq(cfg.qk_rope_head_dim, cfg.rope_theta, cfg.rope_scaling)
     self.inv_freq = nnx.data(jnp.asarray(inv_freq, jnp.float32))   # constant, not a parameter
     self.rope_multiplier = float(mult)
+    self.mesh = None   # a jax.sharding.Mesh when the program runs on one (sharding.with_mesh)
 
   def embed(self, tokens):
     return self.embed_tokens(tokens)
@@ -63,12 +64,14 @@ class DeepseekV3(nnx.Module):
                absorbed: bool = True) -> ForwardOutput:
     """tokens, positions: [B, T] int32; block_mask: [B, T, T] bool (causal for prefill, ancestor-only
     for a tree). Attends to the committed cache [0, cache.lengths) plus the block."""
-    x = self.embed(tokens)
+    from ddtree_jax.sharding import constrain_batch
+    x = constrain_batch(self.embed(tokens), self.mesh)   # residual stream: replicated over "model"
     cos, sin = rope_cos_sin(positions, self.inv_freq, self.rope_multiplier)
     ckv, kpe, feats = list(cache.ckv), list(cache.kpe), []
     wanted = set(feature_layers)
     for i, layer in enumerate(self.layers):
       x, ckv[i], kpe[i] = layer(x, cos, sin, ckv[i], kpe[i], cache.lengths, block_mask, absorbed)
+      x = constrain_batch(x, self.mesh)
       if i in wanted:
         feats.append(x)
     by_layer = dict(zip(sorted(wanted), feats))

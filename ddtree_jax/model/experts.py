@@ -30,10 +30,17 @@ class Int4Experts(nnx.Module):
     self.down_packed = nnx.Param(words((e, d, i // 8)))
     self.down_scale = nnx.Param(scales((e, d, i // g)))
 
+  def arrays(self):
+    """The stacked expert arrays, in the order `apply` takes them (for shard_map)."""
+    return (self.gate_packed[...], self.gate_scale[...], self.up_packed[...], self.up_scale[...],
+            self.down_packed[...], self.down_scale[...])
+
+  def apply(self, arrays, x, ids, weights, expert_offset=0):
+    return custom_calls.routed_experts_int4(x, ids, weights, *arrays, group_size=self.group_size,
+                                            expert_offset=expert_offset)
+
   def __call__(self, x, ids, weights, expert_offset=0):
-    return custom_calls.routed_experts_int4(
-        x, ids, weights, self.gate_packed[...], self.gate_scale[...], self.up_packed[...], self.up_scale[...],
-        self.down_packed[...], self.down_scale[...], group_size=self.group_size, expert_offset=expert_offset)
+    return self.apply(self.arrays(), x, ids, weights, expert_offset)
 
 
 class DenseExperts(nnx.Module):
@@ -46,6 +53,11 @@ class DenseExperts(nnx.Module):
     self.w_up = nnx.Param(init(rngs.params(), (e, d, i), dtype))
     self.w_down = nnx.Param(init(rngs.params(), (e, i, d), dtype))
 
+  def arrays(self):
+    return (self.w_gate[...], self.w_up[...], self.w_down[...])
+
+  def apply(self, arrays, x, ids, weights, expert_offset=0):
+    return custom_calls.routed_experts_dense(x, ids, weights, *arrays, expert_offset=expert_offset)
+
   def __call__(self, x, ids, weights, expert_offset=0):
-    return custom_calls.routed_experts_dense(x, ids, weights, self.w_gate[...], self.w_up[...], self.w_down[...],
-                                             expert_offset=expert_offset)
+    return self.apply(self.arrays(), x, ids, weights, expert_offset)

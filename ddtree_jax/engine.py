@@ -21,6 +21,35 @@ from ddtree_jax.sampling import SamplingParams
 from ddtree_jax.spec.state import GenerationState
 
 MODES = ("ar", "dflash", "ddtree")
+STOP_SLOTS = 8   # stop-id slots per request (more stop ids round up to a multiple of this)
+
+# Compiled programs keyed by (kind, RoundSpec, graphdefs, argument shapes/dtypes/shardings).
+_COMPILED: dict = {}
+
+
+def _jit(kind: str, spec, t_graph, d_graph, out_shardings=None):
+  """jax.jit of one prefill or one round over (target params, drafter params, donated state, ...).
+  out_shardings: the state's shardings on a mesh (the output state is laid out as the input)."""
+  jit_kw = {} if out_shardings is None else {"out_shardings": out_shardings}
+  from ddtree_jax.spec import step
+
+  def models(t_params, d_params):
+    target = nnx.merge(t_graph, t_params)
+    drafter = nnx.merge(d_graph, d_params) if d_graph is not None and spec.mode != "ar" else None
+    return target, drafter
+
+  if kind == "prefill":
+    def prefill(t_params, d_params, state, tokens, prompt_len):
+      target, drafter = models(t_params, d_params)
+      return step.prefill(target, drafter, state, tokens, prompt_len, spec)
+    return jax.jit(prefill, donate_argnums=(2,), **jit_kw)
+
+  def one_round(t_params, d_params, state):
+    target, drafter = models(t_params, d_params)
+    if spec.mode == "ar":
+      return step.ar_round(target, state, spec)
+    return step.speculative_round(target, drafter, state, spec)
+  return jax.jit(one_round, donate_argnums=(2,), **jit_kw)
 
 
 @dataclasses.dataclass
@@ -40,6 +69,14 @@ class GenerationResult:
             "generated_tokens": len(self.token_ids), "stop_reason": self.stop_reason}
 
 
+def _host(x) -> np.ndarray:
+  """A (possibly multi-process, batch-sharded) array as a full host numpy array."""
+  if getattr(x, "is_fully_addressable", True) or x.sharding.is_fully_replicated:
+    return np.asarray(x)
+  from jax.experimental import multihost_utils
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
 def _bucket(n: int, step: int) -> int:
   return max(step, int(math.ceil(n / step)) * step)
 
@@ -51,55 +88,48 @@ class Engine:
   """
 
   def __init__(self, target, target_cfg: ModelConfig, drafter=None, drafter_cfg: Optional[DFlashConfig] = None,
-               *, cache_dtype=None):
+               *, cache_dtype=None, mesh=None):
+    """mesh: a ("data", "model") jax.sharding.Mesh (ddtree_jax.sharding.make_mesh) to run on; parameters
+    not already placed are moved onto it by the rules of sharding.py. None: one device."""
     if (drafter is None) != (drafter_cfg is None):
       raise ValueError("Engine: pass both drafter and drafter_cfg, or neither")
     if drafter_cfg is not None:
       drafter_cfg.check_against(target_cfg)
     self.target_cfg = target_cfg
     self.drafter_cfg = drafter_cfg
+    self.mesh = mesh
+    if mesh is not None:
+      from ddtree_jax import sharding
+      sharding.with_mesh(target, mesh)
     self._t_graph, self._t_params = nnx.split(target)
     if drafter is not None:
       self._d_graph, self._d_params = nnx.split(drafter)
     else:
       self._d_graph, self._d_params = None, None
+    if mesh is not None:
+      self._t_params = sharding.shard_module_state(self._t_params, sharding.target_rule(mesh, target_cfg))
+      if drafter is not None:
+        self._d_params = sharding.shard_module_state(self._d_params, sharding.drafter_rule(mesh, drafter_cfg))
     self.cache_dtype = cache_dtype or target.dtype
-    self._compiled: dict = {}
 
   # ---- the compiled pieces --------------------------------------------------------------------
-  def _merge(self, t_params, d_params):
-    target = nnx.merge(self._t_graph, t_params)
-    drafter = nnx.merge(self._d_graph, d_params) if self._d_graph is not None else None
-    return target, drafter
-
-  def _fn(self, kind: str, spec):
-    from ddtree_jax.spec import step   # noqa: local import keeps engine import light
-
-    if kind == "prefill":
-      def f(t_params, d_params, state, tokens, prompt_len):
-        target, drafter = self._merge(t_params, d_params)
-        return step.prefill(target, drafter if spec.mode != "ar" else None, state, tokens, prompt_len, spec)
-      return jax.jit(f, donate_argnums=(2,))
-    def g(t_params, d_params, state):
-      target, drafter = self._merge(t_params, d_params)
-      if spec.mode == "ar":
-        return step.ar_round(target, state, spec)
-      return step.speculative_round(target, drafter, state, spec)
-    return jax.jit(g, donate_argnums=(2,))
-
   def _compiled_fn(self, kind, spec, *args):
-    key = (kind, spec, tuple((a.shape, a.dtype) for a in jax.tree_util.tree_leaves(args[2:])))
-    if key not in self._compiled:
-      self._compiled[key] = self._fn(kind, spec).lower(*args).compile()
-    return self._compiled[key]
+    """The compiled prefill or round. Programs are shared by every Engine whose models have the same
+    structure (graphdef), so new weights of the same shapes do not recompile."""
+    leaves = jax.tree_util.tree_leaves(args)
+    key = (kind, spec, self._t_graph, self._d_graph,
+           tuple((a.shape, a.dtype, getattr(a, "sharding", None)) for a in leaves))
+    if key not in _COMPILED:
+      out = jax.tree_util.tree_map(lambda a: a.sharding, args[2]) if self.mesh is not None else None
+      _COMPILED[key] = _jit(kind, spec, self._t_graph, self._d_graph, out).lower(*args).compile()
+    return _COMPILED[key]
 
-  def round_spec(self, mode: str, budget: int, sampling: SamplingParams, stop_ids: Sequence[int]):
+  def round_spec(self, mode: str, budget: int, sampling: SamplingParams):
     from ddtree_jax.spec.step import RoundSpec
     if mode not in MODES:
       raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    stops = tuple(sorted(set(int(s) for s in stop_ids)))
     if mode == "ar":
-      return RoundSpec(mode="ar", sampling=sampling, stop_ids=stops)
+      return RoundSpec(mode="ar", sampling=sampling)
     if self.drafter_cfg is None:
       raise ValueError(f"mode {mode!r} needs a drafter; this engine has none (use mode 'ar' or pass --drafter_dir)")
     d = self.drafter_cfg
@@ -110,9 +140,18 @@ class Engine:
         raise ValueError(f"budget must be >= 1, got {budget}")
       topk = min(budget, self.target_cfg.vocab_size)
     return RoundSpec(mode=mode, budget=budget, topk=topk, block_size=d.block_size, mask_token_id=d.mask_token_id,
-                     feature_layers=tuple(d.target_layer_ids), sampling=sampling, stop_ids=stops)
+                     feature_layers=tuple(d.target_layer_ids), sampling=sampling)
 
-  def init_state(self, batch: int, capacity: int, out_width: int, max_rounds: int, seed: int) -> GenerationState:
+  def init_state(self, batch: int, capacity: int, out_width: int, max_rounds: int, seed: int,
+                 num_stop_ids: int = STOP_SLOTS) -> GenerationState:
+    build = lambda: self._init_state(batch, capacity, out_width, max_rounds, seed, num_stop_ids)
+    if self.mesh is None:
+      return build()
+    from ddtree_jax import sharding   # allocated in place, shard by shard (no full copy on one device)
+    shardings = sharding.state_shardings(jax.eval_shape(build), self.mesh, self.drafter_cfg)
+    return jax.jit(build, out_shardings=shardings)()
+
+  def _init_state(self, batch, capacity, out_width, max_rounds, seed, num_stop_ids) -> GenerationState:
     cfg = self.target_cfg
     cache = init_latent_cache(cfg.num_hidden_layers, batch, capacity, cfg.kv_lora_rank, cfg.qk_rope_head_dim,
                               self.cache_dtype)
@@ -120,18 +159,35 @@ class Engine:
     if self.drafter_cfg is not None:
       from ddtree_jax.drafter_cache import init_drafter_cache
       dcache = init_drafter_cache(self.drafter_cfg, batch, capacity, self.cache_dtype)
-    return GenerationState(
+    state = GenerationState(
         cache=cache, drafter_cache=dcache, bonus=jnp.zeros((batch,), jnp.int32), key=jax.random.key(seed),
         out=jnp.zeros((batch, out_width), jnp.int32), out_len=jnp.zeros((batch,), jnp.int32),
         max_new=jnp.zeros((batch,), jnp.int32), done=jnp.zeros((batch,), bool),
-        rounds=jnp.zeros((batch,), jnp.int32), per_round=jnp.zeros((batch, max_rounds), jnp.int32))
+        rounds=jnp.zeros((batch,), jnp.int32), per_round=jnp.zeros((batch, max_rounds), jnp.int32),
+        stop_ids=jnp.full((batch, num_stop_ids), -1, jnp.int32))
+    return state
+
+  def _place(self, tree):
+    """On a mesh: a GenerationState by sharding.state_shardings, [B, ...] inputs by batch."""
+    if self.mesh is None:
+      return tree
+    from ddtree_jax import sharding
+    if isinstance(tree, GenerationState):
+      shardings = sharding.state_shardings(tree, self.mesh, self.drafter_cfg)
+      return jax.tree_util.tree_map(sharding.put_global, tree, shardings)
+    spec = (sharding.batch_axis(self.mesh, tree.shape[0]),) + (None,) * (tree.ndim - 1)
+    return sharding.put_global(tree, jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(*spec)))
 
   # ---- the public entry point -----------------------------------------------------------------
-  def generate(self, prompts: Sequence[Sequence[int]], *, mode: str = "ddtree", budget: int = 32,
-               sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 64, seed: int = 0,
-               stop_ids: Optional[Sequence[int]] = None,
-               stream: Optional[Callable[[int, list[int]], None]] = None) -> list[GenerationResult]:
-    """Generates for a batch of token-id prompts (different lengths allowed).
+  def generate(self, prompts: Sequence[Sequence[int]], **kwargs) -> list[GenerationResult]:
+    """Generates for a batch of token-id prompts (different lengths allowed). See `run`."""
+    return self.run(prompts, **kwargs)[0]
+
+  def run(self, prompts: Sequence[Sequence[int]], *, mode: str = "ddtree", budget: int = 32,
+          sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 64, seed: int = 0,
+          stop_ids: Optional[Sequence[int]] = None,
+          stream: Optional[Callable[[int, list[int]], None]] = None) -> tuple[list[GenerationResult], GenerationState]:
+    """Generates and also returns the final state (caches included).
 
     stream(i, new_ids) is called after each round with the tokens request i gained in that round.
     """
@@ -150,39 +206,46 @@ class Engine:
       if len(p) + max_new_tokens > cfg.max_position_embeddings:
         raise ValueError(f"prompt {i}: {len(p)} prompt tokens + max_new_tokens {max_new_tokens} exceed the "
                          f"model's window max_position_embeddings={cfg.max_position_embeddings}")
-    stops = cfg.stop_token_ids if stop_ids is None else tuple(stop_ids)
-    spec = self.round_spec(mode, budget, sampling, stops)
+    stops = tuple(sorted(set(int(s) for s in (cfg.stop_token_ids if stop_ids is None else stop_ids))))
+    spec = self.round_spec(mode, budget, sampling)
     block = max(spec.block_size, 1)
     b = len(prompts)
     p_max = _bucket(max(len(p) for p in prompts), 16)
     capacity = _bucket(p_max + max_new_tokens + spec.budget + block + 1, 128)
-    out_width = max_new_tokens + block
+    # Buffers are bucketed so that nearby max_new_tokens values share compiled programs.
+    out_width = _bucket(max_new_tokens, 64) + block
+    num_stops = _bucket(len(stops), STOP_SLOTS)
+    stop_arr = np.full((b, num_stops), -1, np.int32)
+    stop_arr[:, :len(stops)] = stops
     tokens = np.zeros((b, p_max), np.int32)
     for i, p in enumerate(prompts):
       tokens[i, :len(p)] = np.asarray(p, np.int32)
-    prompt_len = jnp.asarray([len(p) for p in prompts], jnp.int32)
-    state = self.init_state(b, capacity, out_width, max_new_tokens + 1, seed)
-    state = dataclasses.replace(state, max_new=jnp.full((b,), max_new_tokens, jnp.int32))
-    tokens = jnp.asarray(tokens)
+    from ddtree_jax import plan
+    plan.check_engine(self, batch=b, capacity=capacity, prompt_tokens=p_max, budget=spec.budget)
+    prompt_len = self._place(np.asarray([len(p) for p in prompts], np.int32))
+    state = self.init_state(b, capacity, out_width, _bucket(max_new_tokens + 1, 64), seed, num_stops)
+    state = self._place(dataclasses.replace(state, max_new=jnp.full((b,), max_new_tokens, jnp.int32),
+                                            stop_ids=jnp.asarray(stop_arr)))
+    tokens = self._place(tokens)
     # Compile both programs before the clock starts (the round takes a state of the same shapes).
-    prefill = self._compiled_fn("prefill", spec, self._t_params, self._d_params, state, tokens, prompt_len)
+    prefill = self._compiled_fn("prefill", spec.prefill_spec(), self._t_params, self._d_params, state, tokens, prompt_len)
     step = self._compiled_fn("round", spec, self._t_params, self._d_params, state)
     t0 = time.perf_counter()
     state = prefill(self._t_params, self._d_params, state, tokens, prompt_len)
     seen = np.zeros(b, np.int64)
     if stream is not None:
       seen = self._stream(state, seen, stream)
-    while not bool(jnp.all(state.done)):
+    while not _host(state.done).all():
       state = step(self._t_params, self._d_params, state)
       if stream is not None:
         seen = self._stream(state, seen, stream)
     jax.block_until_ready(state.out)
     elapsed = time.perf_counter() - t0
-    return self._results(state, prompts, elapsed, stops)
+    return self._results(state, prompts, elapsed, stops), state
 
   @staticmethod
   def _stream(state, seen, stream):
-    out, out_len = np.asarray(state.out), np.asarray(state.out_len)
+    out, out_len = _host(state.out), _host(state.out_len)
     for i in range(len(seen)):
       if out_len[i] > seen[i]:
         stream(i, out[i, seen[i]:out_len[i]].tolist())
@@ -190,8 +253,8 @@ class Engine:
 
   @staticmethod
   def _results(state, prompts, elapsed, stops):
-    out, out_len = np.asarray(state.out), np.asarray(state.out_len)
-    rounds, per_round = np.asarray(state.rounds), np.asarray(state.per_round)
+    out, out_len = _host(state.out), _host(state.out_len)
+    rounds, per_round = _host(state.rounds), _host(state.per_round)
     results = []
     for i, p in enumerate(prompts):
       ids = out[i, :out_len[i]].tolist()

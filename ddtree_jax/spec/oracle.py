@@ -23,13 +23,15 @@ class OracleDrafter(nnx.Module):
   def draft_topk(self, target, state, topk: int):
     """-> (log-probs [B, L, K], tokens [B, L, K]) of the target along its greedy continuation."""
     b = state.bonus.shape[0]
-    cache, tok = state.cache, state.bonus
-    lps = []
-    for _ in range(self.block_size - 1):
+
+    def step(carry, _):
+      cache, tok = carry
       out = target(tok[:, None], cache.lengths[:, None], cache, jnp.ones((b, 1, 1), bool))
       cache = dataclasses.replace(out.cache, lengths=cache.lengths + 1)
       lp = jax.nn.log_softmax(out.logits[:, 0], axis=-1)
       tok = jnp.argmax(lp, axis=-1).astype(jnp.int32)
       greedy = jnp.arange(lp.shape[-1])[None, :] == tok[:, None]
-      lps.append(jnp.where(greedy, 0.0, lp - self.margin))
-    return jax.lax.top_k(jnp.stack(lps, axis=1), topk)
+      return (cache, tok), jnp.where(greedy, 0.0, lp - self.margin)
+
+    _, lps = jax.lax.scan(step, (state.cache, state.bonus), None, length=self.block_size - 1)   # [L, B, V]
+    return jax.lax.top_k(jnp.swapaxes(lps, 0, 1), topk)

@@ -23,18 +23,17 @@ class GenerationState:
   done: jax.Array               # [B] bool
   rounds: jax.Array             # [B] int32 rounds run while not done (prefill not counted)
   per_round: jax.Array          # [B, max_rounds] int32 tokens emitted by each round
+  stop_ids: jax.Array           # [B, S] int32 stop tokens per request, padded with -1 (a runtime value:
+                                # new stop sets do not recompile)
 
 
-def emit_tokens(state: GenerationState, emit, n_emit, stop_ids: tuple[int, ...]):
+def emit_tokens(state: GenerationState, emit, n_emit):
   """Appends up to n_emit[b] tokens of emit [B, W] to the output, cutting at the first stop token
   (which is kept) and at max_new. Finished sequences emit nothing. Returns (state, n_kept [B])."""
   b, w = emit.shape
   idx = jnp.arange(w)[None, :]
   in_range = idx < n_emit[:, None]
-  if stop_ids:
-    is_stop = jnp.isin(emit, jnp.asarray(stop_ids, jnp.int32)) & in_range
-  else:
-    is_stop = jnp.zeros_like(in_range)
+  is_stop = jnp.any(emit[:, :, None] == state.stop_ids[:, None, :], axis=-1) & in_range   # -1 never matches
   has_stop = jnp.any(is_stop, axis=1)
   first_stop = jnp.where(has_stop, jnp.argmax(is_stop, axis=1), w)
   remaining = state.max_new - state.out_len

@@ -28,7 +28,12 @@ class RoundSpec:
   mask_token_id: int = 0
   feature_layers: tuple[int, ...] = ()
   sampling: SamplingParams = SamplingParams()
-  stop_ids: tuple[int, ...] = ()
+
+  def prefill_spec(self) -> "RoundSpec":
+    """What the prefill depends on (so that modes and budgets share one compiled prefill)."""
+    if self.mode == "ar":
+      return RoundSpec(mode="ar", sampling=self.sampling)
+    return RoundSpec(mode="ddtree", feature_layers=self.feature_layers, sampling=self.sampling)
 
 
 def prefill(target, drafter, state: GenerationState, tokens, prompt_len, spec: RoundSpec) -> GenerationState:
@@ -48,7 +53,7 @@ def prefill(target, drafter, state: GenerationState, tokens, prompt_len, spec: R
     dcache = drafter.append_context(out.features, positions, prompt_len, dcache)
   state = dataclasses.replace(state, cache=dataclasses.replace(out.cache, lengths=prompt_len.astype(jnp.int32)),
                               drafter_cache=dcache, bonus=first, key=key)
-  state, _ = emit_tokens(state, first[:, None], jnp.ones((b,), jnp.int32), spec.stop_ids)
+  state, _ = emit_tokens(state, first[:, None], jnp.ones((b,), jnp.int32))
   # The prefill is not a speculative round: undo its round count.
   return dataclasses.replace(state, rounds=jnp.zeros_like(state.rounds),
                              per_round=jnp.zeros_like(state.per_round))
@@ -63,7 +68,7 @@ def ar_round(target, state: GenerationState, spec: RoundSpec) -> GenerationState
   nxt = choose_tokens(out.logits[:, 0], sub, spec.sampling, getattr(target, "mesh", None))
   cache = dataclasses.replace(out.cache, lengths=start + active.astype(jnp.int32))
   state = dataclasses.replace(state, cache=cache, key=key, bonus=jnp.where(active, nxt, state.bonus))
-  state, _ = emit_tokens(state, nxt[:, None], jnp.ones((b,), jnp.int32), spec.stop_ids)
+  state, _ = emit_tokens(state, nxt[:, None], jnp.ones((b,), jnp.int32))
   return state
 
 
@@ -114,5 +119,5 @@ def speculative_round(target, drafter, state: GenerationState, spec: RoundSpec) 
   dcache = drafter.append_context(feats, start[:, None] + i.astype(jnp.int32), committed, state.drafter_cache)
   state = dataclasses.replace(state, cache=cache, drafter_cache=dcache, key=key,
                               bonus=jnp.where(active, bonus, state.bonus))
-  state, _ = emit_tokens(state, emit, n_acc, spec.stop_ids)
+  state, _ = emit_tokens(state, emit, n_acc)
   return state

@@ -23,8 +23,9 @@ def parse_dtype(name: str):
   return DTYPES[name]
 
 
-def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, want_drafter: bool):
-  """Returns (target, target_cfg, drafter, drafter_cfg, tokenizer, label)."""
+def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, want_drafter: bool, mesh=None):
+  """Returns (target, target_cfg, drafter, drafter_cfg, tokenizer, label). With a mesh, checkpoint
+  weights are read straight into their shards (ddtree_jax.sharding rules)."""
   from ddtree_jax.checkpoint.load import build_module, load_drafter, load_target
   from ddtree_jax.model.dflash import DFlashDrafter
   from flax import nnx
@@ -41,12 +42,12 @@ def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, 
   for flag, path in (("--model_dir", model_dir), ("--drafter_dir", drafter_dir)):
     if path is not None and not os.path.isdir(path):
       raise UsageError(f"{flag}={path}: no such directory")
-  target, cfg = load_target(model_dir, dtype=dtype)
+  target, cfg = load_target(model_dir, dtype=dtype, mesh=mesh)
   drafter = dcfg = None
   if want_drafter:
     if drafter_dir is None:
       raise UsageError("this mode needs a drafter: pass --drafter_dir (or use --mode=ar)")
-    params, dcfg = load_drafter(drafter_dir, cfg, dtype=dtype)
+    params, dcfg = load_drafter(drafter_dir, cfg, dtype=dtype, mesh=mesh)
     drafter = build_module(lambda: DFlashDrafter(dcfg, dtype=dtype, rngs=nnx.Rngs(0)), params)
   tokenizer = load_tokenizer(model_dir)
   return target, cfg, drafter, dcfg, tokenizer, label or model_dir
@@ -54,9 +55,8 @@ def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, 
 
 def load_tokenizer(model_dir: str):
   """The directory's tokenizer (tokenizer.json or tiktoken.model), or None."""
-  try:
-    from ddtree_jax.checkpoint.tokenizer import load_tokenizer as _load
-  except ImportError:
+  from ddtree_jax.checkpoint.tokenizer import load_tokenizer as _load
+  if not any(os.path.exists(os.path.join(model_dir, f)) for f in ("tiktoken.model", "tokenizer.json")):
     return None
   return _load(model_dir)
 

@@ -1,0 +1,76 @@
+"""ddtree-generate end to end on small checkpoints in the real layout, and its refusals."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from configs.tiny import tiny, tiny_drafter
+from ddtree_jax.checkpoint.synthetic import write_drafter_checkpoint, write_target_checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+  base = tmp_path_factory.mktemp("ckpt")
+  cfg = tiny(stop_token_ids=())
+  target = write_target_checkpoint(str(base / "target"), cfg, layout="k26", n_shards=2)
+  drafter = write_drafter_checkpoint(str(base / "drafter"), tiny_drafter(cfg, block_size=4))
+  bad = write_drafter_checkpoint(str(base / "bad_drafter"),
+                                 tiny_drafter(tiny(vocab_size=512), block_size=4))
+  return target, drafter, bad
+
+
+def run_cli(*args):
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+  return subprocess.run([sys.executable, "-m", "ddtree_jax.cli.generate", *args], capture_output=True, text=True,
+                        env=env, cwd=ROOT, timeout=600)
+
+
+def test_generate_json_all_modes_agree(dirs, tmp_path):
+  target, drafter, _ = dirs
+  outs = {}
+  for mode in ("ar", "dflash", "ddtree"):
+    out = tmp_path / f"{mode}.json"
+    r = run_cli(f"--model_dir={target}", f"--drafter_dir={drafter}", "--prompt_ids=5,6,7,8", f"--mode={mode}",
+                "--budget=6", "--max_new_tokens=10", "--dtype=float32", f"--output_json={out}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = json.loads(out.read_text())["results"][0]
+    assert len(rec["token_ids"]) == 10
+    assert set(rec["stats"]) >= {"rounds", "accepted_per_round", "tau", "tokens_per_s"}
+    assert sum(rec["stats"]["accepted_per_round"]) + 1 == 10   # the first token comes from the prefill
+    outs[mode] = rec["token_ids"]
+  assert outs["ar"] == outs["dflash"] == outs["ddtree"]
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--budget=0", "--budget=0: must be >= 1"),
+    ("--temperature=-0.5", "temperature must be >= 0"),
+    ("--top_p=1.5", "top_p must be in (0, 1]"),
+    ("--top_p=0", "top_p must be in (0, 1]"),
+    ("--max_new_tokens=0", "--max_new_tokens=0"),
+    ("--dtype=int8", "--dtype='int8'"),
+    ("--prompt_ids=1,x", "--prompt_ids='1,x'"),
+])
+def test_bad_flags_exit_nonzero_with_message(dirs, flag, message):
+  target, drafter, _ = dirs
+  r = run_cli(f"--model_dir={target}", f"--drafter_dir={drafter}", "--prompt_ids=1,2", flag)
+  assert r.returncode != 0
+  assert message in r.stderr, r.stderr[-1500:]
+
+
+def test_drafter_that_does_not_fit_is_refused(dirs):
+  target, _, bad = dirs
+  r = run_cli(f"--model_dir={target}", f"--drafter_dir={bad}", "--prompt_ids=1,2", "--mode=ddtree")
+  assert r.returncode != 0
+  assert "vocab_size" in r.stderr and "does not match" in r.stderr, r.stderr[-1500:]
+
+
+def test_missing_dirs_and_tokenizerless_text_prompt(dirs, tmp_path):
+  target, drafter, _ = dirs
+  r = run_cli(f"--model_dir={tmp_path / 'nope'}", "--prompt_ids=1")
+  assert r.returncode != 0 and "no such directory" in r.stderr
+  r = run_cli(f"--model_dir={target}", "--mode=ar", "--prompt=hello")
+  assert r.returncode != 0 and "no tokenizer" in r.stderr

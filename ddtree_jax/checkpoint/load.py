@@ -50,6 +50,16 @@ def basic_shardings(mesh: Mesh, expert_axis: Optional[str] = None):
   return rule
 
 
+def mesh_shardings(mesh: Mesh, cfg=None, *, drafter: bool = False):
+  """The default placement on `mesh`: the partition rules of `ddtree_jax.sharding` on a ("data", "model")
+  mesh (cfg: the target's ModelConfig or the drafter's DFlashConfig, for the head / expert / vocabulary
+  divisibility checks), else `basic_shardings`."""
+  from ddtree_jax import sharding
+  if sharding.MODEL not in mesh.axis_names:
+    return basic_shardings(mesh)
+  return sharding.drafter_rule(mesh, cfg) if drafter else sharding.target_rule(mesh, cfg)
+
+
 def sharding_for(shardings: Shardings, path: str, shape: tuple, dtype) -> Optional[jax.sharding.Sharding]:
   if shardings is None:
     return None
@@ -246,17 +256,21 @@ def load_target(path: str, dtype=jnp.bfloat16, mesh: Optional[Mesh] = None, *, s
   """Builds a DeepseekV3 with the weights of an HF directory or a converted (`ddtree-convert`) directory.
 
   Returns (model, cfg). `shardings` ({path: Sharding} or a rule (path, shape, dtype) -> Sharding)
-  places each parameter; with only `mesh` given, `basic_shardings(mesh)` is used; with neither, the
-  default device. Host memory: one group (one layer) at a time.
+  places each parameter; with only `mesh` given, `mesh_shardings(mesh, cfg)` (the rules of
+  ddtree_jax.sharding) is used; with neither, the default device. Each device receives only its shards.
+  Host memory: one group (one layer) at a time.
   """
   from ddtree_jax.model.deepseek import DeepseekV3
-  if shardings is None and mesh is not None:
-    shardings = basic_shardings(mesh)
   if _is_orbax_dir(path):
     from ddtree_jax.checkpoint import orbax_io
+    if shardings is None and mesh is not None:
+      from ddtree_jax.config import load_config
+      shardings = mesh_shardings(mesh, load_config(os.path.join(path, "config.json")))
     return orbax_io.restore_target(path, dtype=dtype, shardings=shardings)
   reader = TargetReader(path)
   cfg = reader.cfg
+  if shardings is None and mesh is not None:
+    shardings = mesh_shardings(mesh, cfg)
   shapes = param_shapes(abstract_target(cfg, dtype))
   arrays: dict[str, jax.Array] = {}
   place = lambda k, a: put(a, sharding_for(shardings, k, a.shape, a.dtype))
@@ -273,14 +287,17 @@ def load_drafter(path: str, target_cfg: Optional[ModelConfig] = None, dtype=jnp.
 
   Checked against `target_cfg` when given (hidden size, vocabulary, target layer ids)."""
   from ddtree_jax.checkpoint import drafter_names, orbax_io
-  if shardings is None and mesh is not None:
-    shardings = basic_shardings(mesh)
   if orbax_io.is_converted(path):
+    if shardings is None and mesh is not None:
+      from ddtree_jax.checkpoint.drafter_config import load_drafter_config
+      shardings = mesh_shardings(mesh, load_drafter_config(os.path.join(path, "drafter_config.json")), drafter=True)
     params, dcfg = orbax_io.restore_drafter(path, dtype=dtype, shardings=shardings)
     if target_cfg is not None:
       dcfg = dcfg.check_against(target_cfg, where=path)
     return params, dcfg
   reader = drafter_names.DrafterReader(path, target_cfg)
+  if shardings is None and mesh is not None:
+    shardings = mesh_shardings(mesh, reader.cfg, drafter=True)
   out = {}
   for k, a in reader.iter_params(dtype):
     out[k] = put(a, sharding_for(shardings, k, a.shape, a.dtype))

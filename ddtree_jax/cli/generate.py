@@ -12,6 +12,8 @@ import sys
 
 from absl import app, flags
 
+from ddtree_jax.cli import distributed  # noqa: F401  (--mesh and the jax.distributed flags)
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "HF or converted target directory (default: the embedded model)")
 flags.DEFINE_string("drafter_dir", None, "HF or converted DFlash drafter directory")
@@ -78,15 +80,17 @@ def main(argv):
     except ValueError as e:
       raise UsageError(f"--{str(e).split()[0]}: {e}") from None
     dtype = parse_dtype(FLAGS.dtype)
+    distributed.initialize()
+    mesh = distributed.mesh_from_flags()
     target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
-                                                         want_drafter=FLAGS.mode != "ar")
+                                                         want_drafter=FLAGS.mode != "ar", mesh=mesh)
     prompts, texts = read_prompts(tok)
-    engine = Engine(target, cfg, drafter, dcfg)
+    engine = Engine(target, cfg, drafter, dcfg, mesh=mesh)
   except (UsageError, ValueError) as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2
-  print(f"model: {label}\nmode: {FLAGS.mode}" + (f" (budget {FLAGS.budget})" if FLAGS.mode == "ddtree" else ""),
-        file=sys.stderr)
+  print(f"model: {label}\nmode: {FLAGS.mode}" + (f" (budget {FLAGS.budget})" if FLAGS.mode == "ddtree" else "")
+        + f"\ndevices: {distributed.describe(mesh)}", file=sys.stderr)
   stream = None
   if FLAGS.stream and len(prompts) == 1 and tok is not None:
     def stream(i, ids):

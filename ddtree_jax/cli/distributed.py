@@ -1,0 +1,61 @@
+"""Flags and start-up shared by every CLI: the device mesh and `jax.distributed` (several hosts).
+
+  --mesh=DATAxMODEL            default: 1 x all visible devices (all processes)
+  --coordinator_address=H:P    with --num_processes and --process_id: one process per host, same program
+
+Call `initialize()` first thing in `main` (before any JAX computation), then `mesh_from_flags()`.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("mesh", None, "device mesh DATAxMODEL, e.g. 1x8, 2x4, 8x1 (default: 1 x all visible devices)")
+flags.DEFINE_string("coordinator_address", None, "jax.distributed coordinator host:port (process 0's address)")
+flags.DEFINE_integer("num_processes", None, "jax.distributed: number of processes (one per host)")
+flags.DEFINE_integer("process_id", None, "jax.distributed: this process's index in [0, num_processes)")
+
+
+def initialize() -> None:
+  """Starts jax.distributed when --coordinator_address / --num_processes / --process_id are given."""
+  from ddtree_jax.cli.common import UsageError
+  given = [f for f in ("coordinator_address", "num_processes", "process_id") if getattr(FLAGS, f) is not None]
+  if not given:
+    return
+  if len(given) != 3:
+    missing = sorted({"coordinator_address", "num_processes", "process_id"} - set(given))
+    raise UsageError(f"jax.distributed needs --coordinator_address, --num_processes and --process_id "
+                     f"(missing {', '.join('--' + m for m in missing)})")
+  if FLAGS.num_processes < 1 or not 0 <= FLAGS.process_id < FLAGS.num_processes:
+    raise UsageError(f"--process_id={FLAGS.process_id}: must be in [0, --num_processes={FLAGS.num_processes})")
+  import jax
+  if FLAGS.num_processes > 1:
+    # CPU processes exchange collectives through gloo (GPU processes use NCCL; this setting is CPU-only).
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
+                             process_id=FLAGS.process_id)
+
+
+def mesh_from_flags() -> Optional["jax.sharding.Mesh"]:
+  """The ("data", "model") mesh of --mesh over all devices of all processes; None on a single device
+  without --mesh (the plain one-device program)."""
+  import jax
+  from ddtree_jax import sharding
+  from ddtree_jax.cli.common import UsageError
+  if FLAGS.mesh is None and jax.device_count() == 1:
+    return None
+  try:
+    return sharding.make_mesh(FLAGS.mesh)
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+
+
+def describe(mesh) -> str:
+  import jax
+  if mesh is None:
+    return f"1 device ({jax.devices()[0].platform})"
+  d, m = mesh.shape["data"], mesh.shape["model"]
+  return (f"mesh {d}x{m} (data x model) over {mesh.size} {jax.devices()[0].platform} devices, "
+          f"{jax.process_count()} process(es)")

@@ -6,13 +6,16 @@ from custom_calls.tree_build.reference import ancestors_from_parents, tree_build
 _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 # Above this many register slots per vector the one-program kernel would spill; use XLA instead.
 MAX_PALLAS_BUDGET = 1024
+# "auto" picks the kernel on GPUs only once it has been checked and timed there (benchmarks/tree_kernels.py).
+PALLAS_BY_DEFAULT = False
 
 
 def tree_build(topk_logprobs, topk_tokens, budget: int, *, impl: str = "auto"):
   """topk_logprobs/topk_tokens: [B, L, K] -> (tokens, parents, depths, scores, ranks, valid) [B, N+1]."""
   if impl not in _IMPLS:
     raise ValueError(f"tree_build: unknown impl {impl!r}; expected one of {_IMPLS}")
-  if impl == "xla" or (impl == "auto" and (jax.default_backend() != "gpu" or budget > MAX_PALLAS_BUDGET)):
+  if impl == "xla" or (impl == "auto" and not (PALLAS_BY_DEFAULT and jax.default_backend() == "gpu"
+                                                 and budget <= MAX_PALLAS_BUDGET)):
     return tree_build_reference(topk_logprobs, topk_tokens, budget)
   from custom_calls.tree_build.pallas_triton import tree_build_pallas
   return tree_build_pallas(topk_logprobs, topk_tokens, budget=budget, interpret=(impl == "pallas_interpret"))

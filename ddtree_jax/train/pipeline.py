@@ -104,8 +104,9 @@ def load_pair(target_dir: str, drafter_dir: Optional[str] = None, dtype=jnp.bflo
   return target, cfg, drafter, dcfg, tok
 
 
-def with_xla_kernels(fn, *args, log: Log = print, **kw):
+def with_xla_kernels(fn, *args, **kw):
   """Runs fn; if a GPU kernel path fails, retries once with the plain-XLA references of the custom calls."""
+  log = kw.get("log", print)
   try:
     return fn(*args, **kw)
   except Exception as e:  # noqa: BLE001 - a kernel failure of any kind

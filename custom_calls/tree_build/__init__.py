@@ -6,8 +6,8 @@ from custom_calls.tree_build.reference import ancestors_from_parents, tree_build
 _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 # Above this many register slots per vector the one-program kernel would spill; use XLA instead.
 MAX_PALLAS_BUDGET = 1024
-# "auto" picks the kernel on GPUs only once it has been checked and timed there (benchmarks/tree_kernels.py).
-PALLAS_BY_DEFAULT = False
+# "auto" picks the kernel on GPUs: checked and timed on the H200 (benchmarks/RESULTS.md, tree kernels).
+PALLAS_BY_DEFAULT = True
 
 
 def tree_build(topk_logprobs, topk_tokens, budget: int, *, impl: str = "auto"):

@@ -6,8 +6,8 @@ import jax
 from custom_calls.tree_verify.reference import tree_walk_reference
 
 _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
-# "auto" picks the kernel on GPUs only once it has been checked and timed there (benchmarks/tree_kernels.py).
-PALLAS_BY_DEFAULT = False
+# "auto" picks the kernel on GPUs: checked and timed on the H200 (benchmarks/RESULTS.md, tree kernels).
+PALLAS_BY_DEFAULT = True
 
 
 def tree_walk(tree_tokens, parents, valid, target_tokens, max_depth: int, *, impl: str = "auto"):

@@ -229,6 +229,15 @@ def advice(plan: Plan, cfg, **kw) -> str:
           f"({over / GB:.2f} GB over); change one of: " + "; ".join(tips or ["use more devices"]))
 
 
+def k26_drafter(target):
+  """The public Kimi K2.5 DFlash drafter's shape (REFERENCE.md section 2), for K2.6 plans."""
+  from ddtree_jax.config import DFlashConfig, RopeScaling
+  return DFlashConfig(vocab_size=target.vocab_size, hidden_size=7168, num_hidden_layers=6, num_attention_heads=64,
+                      num_key_value_heads=8, head_dim=128, intermediate_size=18432, block_size=8,
+                      mask_token_id=163838, target_layer_ids=(1, 12, 24, 35, 47, 58), num_target_layers=61,
+                      rope_scaling=RopeScaling(type="yarn", factor=64.0, original_max_position_embeddings=4096))
+
+
 # ---- the engine's check ------------------------------------------------------------------------
 
 def _device_bytes_per_device(tree) -> int:

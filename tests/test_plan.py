@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def k26():
   from configs.kimi_k2_6 import kimi_k2_6
-  from ddtree_jax.cli.plan import k26_drafter
+  from ddtree_jax.plan import k26_drafter
   cfg = kimi_k2_6()
   return cfg, k26_drafter(cfg)
 

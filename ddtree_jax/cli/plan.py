@@ -30,15 +30,6 @@ flags.DEFINE_enum("attention", "pallas", ["pallas", "xla"], "attention implement
 flags.DEFINE_enum("moe", "pallas", ["pallas", "xla"], "MoE implementation (xla materialises dequantised experts)")
 
 
-def k26_drafter(target):
-  """The public Kimi K2.5 DFlash drafter's shape (REFERENCE.md section 2), for K2.6 plans."""
-  from ddtree_jax.config import DFlashConfig, RopeScaling
-  return DFlashConfig(vocab_size=target.vocab_size, hidden_size=7168, num_hidden_layers=6, num_attention_heads=64,
-                      num_key_value_heads=8, head_dim=128, intermediate_size=18432, block_size=8,
-                      mask_token_id=163838, target_layer_ids=(1, 12, 24, 35, 47, 58), num_target_layers=61,
-                      rope_scaling=RopeScaling(type="yarn", factor=64.0, original_max_position_embeddings=4096))
-
-
 def parse_tokens(text: str, flag: str) -> int:
   m = re.fullmatch(r"\s*(\d+)\s*([kK]?)\s*", str(text))
   if not m:
@@ -62,6 +53,7 @@ def load_drafter_cfg(spec: str, target, is_kimi: bool):
   if spec == "none" or (spec == "auto" and not is_kimi):
     return None
   if spec == "auto":
+    from ddtree_jax.plan import k26_drafter
     return k26_drafter(target)
   from ddtree_jax.checkpoint.drafter_config import load_drafter_config
   path = os.path.join(spec, "config.json") if os.path.isdir(spec) else spec

@@ -64,7 +64,7 @@ def train_and_export_target(cfg, hp, data: dict, workdir: str, export_dir: str, 
   p4 = export.quantize_experts(cfg4, host)
   val = data["streams"]["val"]
   n_eval = max(hp.eval_tokens, 4 * hp.seq_len)
-  tpl = target_template(cfg)
+  tpl = res.template
   before = evaluate(tpl, res.params, val, hp.seq_len, hp.batch, n_eval)
   tpl4 = target_template(cfg4)
   p4_dev = {k: jnp.asarray(v) for k, v in p4.items()}

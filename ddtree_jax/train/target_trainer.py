@@ -48,6 +48,11 @@ def eval_windows(stream: np.ndarray, length: int, max_tokens: int) -> np.ndarray
 
 
 def make_eval_fn(tpl: ModuleTemplate):
+  """A jitted (params, tokens [B, T+1]) -> (sum of CE, count); one per template (cached on it)."""
+  cached = getattr(tpl, "_eval_fn", None)
+  if cached is not None:
+    return cached
+
   @jax.jit
   def f(params, tokens):
     model = tpl.merge(params)
@@ -55,6 +60,7 @@ def make_eval_fn(tpl: ModuleTemplate):
     logits = model.logits(out["hidden"])
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:])
     return jnp.sum(ce), ce.size
+  tpl._eval_fn = f
   return f
 
 
@@ -75,6 +81,7 @@ class TrainResult:
   params: dict            # fp32 master weights (the best by validation loss when evaluated)
   history: dict
   workdir: str
+  template: ModuleTemplate = None
 
 
 def train_target(cfg: ModelConfig, hp, train_stream: np.ndarray, val_stream: np.ndarray, workdir: str, *,
@@ -185,4 +192,4 @@ def train_target(cfg: ModelConfig, hp, train_stream: np.ndarray, val_stream: np.
   common.plot_curves(os.path.join(workdir, "target_loss.png"), f"target pretraining ({cfg.num_hidden_layers} layers)",
                      {"train (EMA)": (history["step"], common.ema(history["loss"], 0.05)),
                       "val": (history["val_step"], history["val_loss"])})
-  return TrainResult(params=best if best is not None else state["params"], history=history, workdir=workdir)
+  return TrainResult(params=best if best is not None else state["params"], history=history, workdir=workdir, template=tpl)

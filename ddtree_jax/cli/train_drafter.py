@@ -1,0 +1,76 @@
+"""ddtree-train-drafter: train a DFlash drafter for an exported target (REFERENCE.md section 2 recipe)
+on continuations that the target generates from train-split stdlib prompts, and export it in the
+public DFlash format.
+
+  ddtree-train-drafter --target_dir=/tmp/ddtree_train/export/target --workdir=/tmp/ddtree_train \
+      --time_budget_s=120
+  ddtree-train-drafter ... --resume          # reuses the generated data and the latest orbax checkpoint
+
+Writes workdir/{drafter_data.npz, drafter/ (orbax, history, loss and tau PNGs), drafter_summary.json}
+and the drafter to --export_dir (default workdir/export/drafter).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("preset", "default", ["default", "tiny"], "drafter and training sizes (configs/default_model.py)")
+flags.DEFINE_string("target_dir", None, "the exported target (HF layout with tokenizer.json)", required=True)
+flags.DEFINE_string("workdir", None, "working directory (generated data, checkpoints)", required=True)
+flags.DEFINE_string("export_dir", None, "where to write the drafter (default: workdir/export/drafter)")
+flags.DEFINE_integer("max_files", 0, "use at most this many stdlib files for prompts (0 = all)")
+flags.DEFINE_integer("num_prompts", 4096, "train-split prompts to continue")
+flags.DEFINE_integer("prompt_len", 64, "prompt length in tokens")
+flags.DEFINE_integer("max_new_tokens", 384, "continuation length")
+flags.DEFINE_list("temperatures", ["0", "1"], "generation temperatures (prompts split evenly)")
+flags.DEFINE_integer("gen_batch", 512, "generation batch size")
+flags.DEFINE_float("gen_time_budget_s", 0, "stop generating after this many seconds (0 = no limit)")
+flags.DEFINE_integer("max_steps", 0, "override the preset's step count (0 = keep)")
+flags.DEFINE_integer("batch", 0, "override the batch size (0 = keep)")
+flags.DEFINE_float("time_budget_s", 0, "fit the cosine schedule to this many seconds (0 = max_steps)")
+flags.DEFINE_boolean("resume", False, "reuse generated data and continue from the latest checkpoint")
+flags.DEFINE_boolean("progress", True, "show a progress bar")
+
+
+def main(argv):
+  del argv
+  from configs import default_model as dm
+  from ddtree_jax.engine import Engine
+  from ddtree_jax.train import pipeline
+  _, make_d, _, make_dhp = dm.PRESETS[FLAGS.preset]
+  hp = make_dhp()
+  over = {k: getattr(FLAGS, k) for k in ("max_steps", "batch") if getattr(FLAGS, k)}
+  hp = dataclasses.replace(hp, **over)
+  if not os.path.exists(os.path.join(FLAGS.target_dir, "config.json")):
+    print(f"ddtree-train-drafter: error: --target_dir={FLAGS.target_dir} has no config.json", file=sys.stderr)
+    return 2
+  target, cfg, _, _, tok = pipeline.load_pair(FLAGS.target_dir)
+  if tok is None:
+    print(f"ddtree-train-drafter: error: {FLAGS.target_dir} has no tokenizer.json", file=sys.stderr)
+    return 2
+  data = pipeline.prepare_corpus(FLAGS.workdir, cfg.vocab_size, max_files=FLAGS.max_files or None)
+  seqs = pipeline.generate_drafter_data(
+      Engine(target, cfg), tok, data["streams"]["train"], FLAGS.workdir, num_prompts=FLAGS.num_prompts,
+      prompt_len=FLAGS.prompt_len, max_new_tokens=FLAGS.max_new_tokens,
+      temperatures=tuple(float(t) for t in FLAGS.temperatures), batch=FLAGS.gen_batch,
+      time_budget_s=FLAGS.gen_time_budget_s or None, resume=FLAGS.resume)
+  del target
+  export_dir = FLAGS.export_dir or os.path.join(FLAGS.workdir, "export", "drafter")
+  s = pipeline.train_and_export_drafter(FLAGS.target_dir, make_d(cfg), hp, seqs, FLAGS.workdir, export_dir,
+                                        time_budget_s=FLAGS.time_budget_s or None, resume=FLAGS.resume,
+                                        progress=FLAGS.progress)
+  print(f"drafter val loss {s['val_loss']:.4f}, estimated tau {s['val_tau_est']:.2f}; exported "
+        f"{s['export_bytes'] / 2**20:.1f} MiB to {export_dir}")
+  return 0
+
+
+def run():
+  app.run(lambda argv: sys.exit(main(argv)))
+
+
+if __name__ == "__main__":
+  run()

@@ -9,6 +9,7 @@ Both read the same latent cache and the same visibility rule (see custom_calls/m
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 import custom_calls
 from custom_calls.mla_attention import visibility_mask
@@ -37,6 +38,7 @@ class MLA(nnx.Module):
     self.kv_a_layernorm = RMSNorm(cfg.kv_lora_rank, cfg.latent_norm_eps, dtype=dtype)
     self.kv_b_proj = _linear(cfg.kv_lora_rank, h * (cfg.qk_nope_head_dim + cfg.v_head_dim), dtype, rngs)
     self.o_proj = _linear(h * cfg.v_head_dim, d, dtype, rngs)
+    self.mesh = None   # a jax.sharding.Mesh when the program runs on one (sharding.with_mesh)
 
   def _queries(self, x, cos, sin):
     cfg = self.cfg
@@ -77,12 +79,25 @@ class MLA(nnx.Module):
     w_uk, w_uv = self._w_uk_uv()
     if absorbed:
       q_lat = jnp.einsum("bthn,rhn->bthr", q_nope, w_uk)
-      o_lat = custom_calls.mla_attention(q_lat, q_pe, ckv_cache, kpe_cache, cache_len, block_mask,
-                                         scale=cfg.softmax_scale)
+      o_lat = self._absorbed_attention(q_lat, q_pe, ckv_cache, kpe_cache, cache_len, block_mask)
       o = jnp.einsum("bthr,rhv->bthv", o_lat, w_uv)
     else:
       o = self._expanded_attention(q_nope, q_pe, ckv_cache, kpe_cache, cache_len, block_mask, w_uk, w_uv)
     return self.o_proj(o.reshape(b, t, -1)), ckv_cache, kpe_cache
+
+  def _absorbed_attention(self, q_lat, q_pe, ckv, kpe, cache_len, block_mask):
+    """The custom call; on a mesh whose "model" axis splits the heads it runs per device on its own
+    heads inside shard_map (a custom call cannot be partitioned by GSPMD), the latent cache replicated."""
+    attend = lambda ql, qp, ck, kp, cl, bm: custom_calls.mla_attention(ql, qp, ck, kp, cl, bm,
+                                                                        scale=self.cfg.softmax_scale)
+    from ddtree_jax import sharding
+    if not sharding.splits(self.mesh, self.cfg.num_attention_heads):
+      return attend(q_lat, q_pe, ckv, kpe, cache_len, block_mask)
+    row = sharding.batch_axis(self.mesh, q_lat.shape[0])
+    heads = P(row, None, sharding.MODEL, None)
+    per_seq = P(row)
+    return jax.shard_map(attend, mesh=self.mesh, in_specs=(heads, heads, per_seq, per_seq, per_seq, per_seq),
+                         out_specs=heads, check_vma=False)(q_lat, q_pe, ckv, kpe, cache_len, block_mask)
 
   def _expanded_attention(self, q_nope, q_pe, ckv, kpe, cache_len, block_mask, w_uk, w_uv):
     f32 = jnp.float32

@@ -56,9 +56,15 @@ class DeepseekV3(nnx.Module):
   def embed(self, tokens):
     return self.embed_tokens(tokens)
 
+  def head(self, x):
+    """The lm_head with fp32 accumulation and output: x [..., D] (already normalised) -> [..., V].
+    Rounding logits to bf16 would turn near-ties into exact ties that the AR step and the tree verify
+    (different shapes, different reduction orders) could break differently."""
+    return jnp.einsum("...d,dv->...v", x, self.lm_head.kernel[...], preferred_element_type=jnp.float32)
+
   def logits(self, hidden):
     """hidden: [..., D] (before the final norm) -> fp32 logits [..., V]."""
-    return self.lm_head(self.norm(hidden)).astype(jnp.float32)
+    return self.head(self.norm(hidden))
 
   def __call__(self, tokens, positions, cache: LatentCache, block_mask, *, feature_layers=(),
                absorbed: bool = True) -> ForwardOutput:

@@ -1,5 +1,6 @@
 """The target model: absorbed vs expanded MLA, cached decode vs full forward, routing, features."""
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,13 @@ from configs.tiny import tiny
 from ddtree_jax.cache import init_latent_cache
 from ddtree_jax.model.deepseek import DeepseekV3
 from ddtree_jax.model.router import noaux_tc_route
+
+
+@functools.partial(nnx.jit, static_argnames=("absorbed", "feature_layers"))
+def fwd(m, tokens, pos, cache, mask, absorbed=True, feature_layers=()):
+  """The model's forward, compiled (eager INT4 dequantisation op by op is slow)."""
+  o = m(tokens, pos, cache, mask, absorbed=absorbed, feature_layers=feature_layers)
+  return o.logits, o.cache, o.features
 
 
 def causal(b, t):
@@ -33,10 +41,10 @@ def test_absorbed_equals_expanded(model):
   b, t = 2, 9
   tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (b, t)), jnp.int32)
   pos = jnp.broadcast_to(jnp.arange(t), (b, t))
-  a = m(tokens, pos, empty_cache(cfg, b, 32), causal(b, t), absorbed=True)
-  e = m(tokens, pos, empty_cache(cfg, b, 32), causal(b, t), absorbed=False)
-  np.testing.assert_allclose(np.asarray(a.logits), np.asarray(e.logits), atol=2e-5, rtol=1e-4)
-  for x, y in zip(a.cache.ckv, e.cache.ckv):
+  a_logits, a_cache, _ = fwd(m, tokens, pos, empty_cache(cfg, b, 32), causal(b, t), absorbed=True)
+  e_logits, e_cache, _ = fwd(m, tokens, pos, empty_cache(cfg, b, 32), causal(b, t), absorbed=False)
+  np.testing.assert_allclose(np.asarray(a_logits), np.asarray(e_logits), atol=2e-5, rtol=1e-4)
+  for x, y in zip(a_cache.ckv, e_cache.ckv):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
 
 
@@ -46,14 +54,14 @@ def test_cached_decode_equals_full_forward(model):
   b, t, p = 2, 12, 5
   tokens = jnp.asarray(rng.integers(0, cfg.vocab_size, (b, t)), jnp.int32)
   pos = jnp.broadcast_to(jnp.arange(t), (b, t))
-  full = m(tokens, pos, empty_cache(cfg, b, 32), causal(b, t)).logits
-  out = m(tokens[:, :p], pos[:, :p], empty_cache(cfg, b, 32), causal(b, p), absorbed=False)
-  cache = dataclasses.replace(out.cache, lengths=jnp.full((b,), p, jnp.int32))
-  step_logits = [out.logits]
+  full = fwd(m, tokens, pos, empty_cache(cfg, b, 32), causal(b, t))[0]
+  logits, cache, _ = fwd(m, tokens[:, :p], pos[:, :p], empty_cache(cfg, b, 32), causal(b, p), absorbed=False)
+  cache = dataclasses.replace(cache, lengths=jnp.full((b,), p, jnp.int32))
+  step_logits = [logits]
   for i in range(p, t):
-    o = m(tokens[:, i:i + 1], pos[:, i:i + 1], cache, jnp.ones((b, 1, 1), bool))
-    cache = dataclasses.replace(o.cache, lengths=cache.lengths + 1)
-    step_logits.append(o.logits)
+    logits, cache, _ = fwd(m, tokens[:, i:i + 1], pos[:, i:i + 1], cache, jnp.ones((b, 1, 1), bool))
+    cache = dataclasses.replace(cache, lengths=cache.lengths + 1)
+    step_logits.append(logits)
   np.testing.assert_allclose(np.asarray(jnp.concatenate(step_logits, 1)), np.asarray(full), atol=2e-5, rtol=1e-4)
   assert float(jnp.std(full)) > 1e-3   # not degenerate
 

@@ -139,3 +139,15 @@ def test_bad_arguments_are_refused(cfgs):
 
 def dflash_target(engine):
   return nnx.merge(engine._t_graph, engine._t_params)
+
+
+def test_streaming_callback_delivers_every_token_in_order(cfgs):
+  cfg, _ = cfgs
+  _, oracle = engines(cfgs, 0)
+  prompts = random_prompts(np.random.default_rng(5), cfg, 2)
+  got = {0: [], 1: []}
+  calls = []
+  res = oracle.generate(prompts, mode="ddtree", budget=8, max_new_tokens=MAX_NEW,
+                        stream=lambda i, ids: (got[i].extend(ids), calls.append(len(ids))))
+  assert [got[0], got[1]] == [r.token_ids for r in res]
+  assert max(calls) > 1      # tokens arrive a round (several tokens) at a time

@@ -31,6 +31,8 @@ flags.DEFINE_string("dtype", "bfloat16", "parameter and cache dtype: bfloat16 or
 flags.DEFINE_string("output_json", None, "write results here")
 flags.DEFINE_boolean("chat", False, "wrap text prompts in the model's chat turn format (Kimi tokenizers)")
 flags.DEFINE_boolean("stream", True, "print text as it is generated (single prompt)")
+flags.DEFINE_string("trace_dir", None, "save every round's draft tree (PNG) and accepted path (JSON) here "
+                    "(dflash/ddtree; slower, same tokens)")
 
 
 def read_prompts(tokenizer):
@@ -75,6 +77,8 @@ def main(argv):
       raise UsageError(f"--budget={FLAGS.budget}: must be >= 1")
     if FLAGS.max_new_tokens < 1:
       raise UsageError(f"--max_new_tokens={FLAGS.max_new_tokens}: must be >= 1")
+    if FLAGS.trace_dir and FLAGS.mode == "ar":
+      raise UsageError("--trace_dir: mode ar has no draft tree (use --mode=dflash or --mode=ddtree)")
     try:
       sampling = SamplingParams(FLAGS.temperature, FLAGS.top_p, FLAGS.top_k).validate()
     except ValueError as e:
@@ -98,9 +102,12 @@ def main(argv):
       sys.stdout.flush()
     if texts[0] is not None:
       sys.stdout.write(texts[0])
+  import contextlib
+  from ddtree_jax.viz import trace as viz_trace
   try:
-    results = engine.generate(prompts, mode=FLAGS.mode, budget=FLAGS.budget, sampling=sampling,
-                              max_new_tokens=FLAGS.max_new_tokens, seed=FLAGS.seed, stream=stream)
+    with (viz_trace.tracing(engine) if FLAGS.trace_dir else contextlib.nullcontext([])) as traces:
+      results = engine.generate(prompts, mode=FLAGS.mode, budget=FLAGS.budget, sampling=sampling,
+                                max_new_tokens=FLAGS.max_new_tokens, seed=FLAGS.seed, stream=stream)
   except ValueError as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2
@@ -115,6 +122,9 @@ def main(argv):
     s = r.stats()
     print(f"\n[{i}] {len(r.token_ids)} tokens in {s['rounds']} rounds, tau {s['tau']:.2f} tokens/round, "
           f"{s['tokens_per_s']:.1f} tokens/s ({s['stop_reason']})", file=sys.stderr)
+  if FLAGS.trace_dir:
+    viz_trace.save_traces(traces, FLAGS.trace_dir, tok)
+    print(f"trace: {len(traces)} round trees (PNG + JSON) in {FLAGS.trace_dir}", file=sys.stderr)
   if FLAGS.output_json:
     tmp = FLAGS.output_json + ".tmp"
     with open(tmp, "w") as f:

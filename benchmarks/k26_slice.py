@@ -331,10 +331,10 @@ def main(argv=None):
   args = ap.parse_args(argv)
   t_start = time.perf_counter()
   d = SMOKE if args.smoke else H200
-  if args.smoke:
-    contexts = [64, 256]
-    budgets = [1, 8]
-    xla_budgets = [0, 8]
+  if args.smoke:   # tiny defaults unless given explicitly
+    contexts = [64, 256] if args.contexts == ap.get_default("contexts") else [int(c) for c in args.contexts.split(",")]
+    budgets = [1, 8] if args.budgets == ap.get_default("budgets") else [int(n) for n in args.budgets.split(",")]
+    xla_budgets = [0] + budgets
     reps = 3
   else:
     contexts = [int(c) for c in args.contexts.split(",")]

@@ -183,11 +183,15 @@ class Engine:
     """Generates for a batch of token-id prompts (different lengths allowed). See `run`."""
     return self.run(prompts, **kwargs)[0]
 
-  def run(self, prompts: Sequence[Sequence[int]], *, mode: str = "ddtree", budget: int = 32,
+  def run(self, prompts: Sequence[Sequence[int]], *, mode: str = "ddtree", budget: int | str = 32,
           sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 64, seed: int = 0,
           stop_ids: Optional[Sequence[int]] = None,
           stream: Optional[Callable[[int, list[int]], None]] = None) -> tuple[list[GenerationResult], GenerationState]:
     """Generates and also returns the final state (caches included).
+
+    budget: DDTree nodes N, or "auto" (spec/auto_budget.py: the budget that maximises expected tokens/s
+    among precompiled candidates, from the drafter's expected acceptance and measured round costs;
+    `self.auto_options` passes AutoBudget keyword arguments, `self.last_auto` holds the decisions).
 
     stream(i, new_ids) is called after each round with the tokens request i gained in that round.
     """
@@ -207,7 +211,18 @@ class Engine:
         raise ValueError(f"prompt {i}: {len(p)} prompt tokens + max_new_tokens {max_new_tokens} exceed the "
                          f"model's window max_position_embeddings={cfg.max_position_embeddings}")
     stops = tuple(sorted(set(int(s) for s in (cfg.stop_token_ids if stop_ids is None else stop_ids))))
+    auto = None
+    if budget == "auto":
+      from ddtree_jax.spec.auto_budget import AutoBudget
+      opts = dict(getattr(self, "auto_options", None) or {})
+      opts.setdefault("memory", self.__dict__.setdefault("_auto_memory", {}).setdefault(len(prompts), {}))
+      auto = AutoBudget(**opts) if mode == "ddtree" else None
+      budget = auto.max_budget if auto is not None else 1
+    elif not isinstance(budget, int):
+      raise ValueError(f"budget must be an integer >= 1 or 'auto', got {budget!r}")
     spec = self.round_spec(mode, budget, sampling)
+    if auto is not None:
+      spec = dataclasses.replace(spec, auto_budgets=auto.candidates)
     block = max(spec.block_size, 1)
     b = len(prompts)
     p_max = _bucket(max(len(p) for p in prompts), 16)
@@ -225,22 +240,31 @@ class Engine:
     prompt_len = self._place(np.asarray([len(p) for p in prompts], np.int32))
     state = self.init_state(b, capacity, out_width, _bucket(max_new_tokens + 1, 64), seed, num_stops)
     state = self._place(dataclasses.replace(state, max_new=jnp.full((b,), max_new_tokens, jnp.int32),
-                                            stop_ids=jnp.asarray(stop_arr)))
+                                            stop_ids=jnp.asarray(stop_arr),
+                                            expected=None if auto is None else jnp.zeros((b, len(auto.candidates)))))
     tokens = self._place(tokens)
     # Compile both programs before the clock starts (the round takes a state of the same shapes).
     prefill = self._compiled_fn("prefill", spec.prefill_spec(), self._t_params, self._d_params, state, tokens, prompt_len)
     step = self._compiled_fn("round", spec, self._t_params, self._d_params, state)
+    if auto is not None:   # one program per candidate budget, all compiled before the clock starts
+      steps = {n: self._compiled_fn("round", dataclasses.replace(spec, budget=n, topk=min(n, cfg.vocab_size)),
+                                    self._t_params, self._d_params, state) for n in auto.candidates}
     t0 = time.perf_counter()
     state = prefill(self._t_params, self._d_params, state, tokens, prompt_len)
     seen = np.zeros(b, np.int64)
     if stream is not None:
       seen = self._stream(state, seen, stream)
     while not _host(state.done).all():
+      if auto is not None:
+        step = steps[auto.pick(state)]
       state = step(self._t_params, self._d_params, state)
       if stream is not None:
         seen = self._stream(state, seen, stream)
     jax.block_until_ready(state.out)
     elapsed = time.perf_counter() - t0
+    if auto is not None:
+      auto.finish()
+      self.last_auto = auto.summary()
     return self._results(state, prompts, elapsed, stops), state
 
   @staticmethod

@@ -21,7 +21,8 @@ flags.DEFINE_string("prompt", None, "a text prompt")
 flags.DEFINE_string("prompt_file", None, 'JSONL file, one {"prompt": ...} per line')
 flags.DEFINE_string("prompt_ids", None, "comma-separated token ids (works without a tokenizer)")
 flags.DEFINE_enum("mode", "ddtree", ["ar", "dflash", "ddtree"], "decoding mode")
-flags.DEFINE_integer("budget", 32, "DDTree node budget N (>= 1)")
+flags.DEFINE_string("budget", "32", "DDTree node budget N (>= 1), or 'auto': the budget that maximises "
+                    "expected tokens/s among 8..128 (ddtree_jax/spec/auto_budget.py)")
 flags.DEFINE_float("temperature", 0.0, "0 = greedy")
 flags.DEFINE_float("top_p", 1.0, "nucleus sampling, in (0, 1]")
 flags.DEFINE_integer("top_k", 0, "top-k sampling (0 = off)")
@@ -67,14 +68,27 @@ def read_prompts(tokenizer):
   return [encode(t) for t in texts], texts
 
 
+def parse_budget(text: str):
+  """'auto' or an integer >= 1."""
+  from ddtree_jax.cli.common import UsageError
+  if text.strip().lower() == "auto":
+    return "auto"
+  try:
+    n = int(text)
+  except ValueError:
+    raise UsageError(f"--budget={text}: expected an integer >= 1 or 'auto'") from None
+  if n < 1:
+    raise UsageError(f"--budget={n}: must be >= 1")
+  return n
+
+
 def main(argv):
   del argv
   from ddtree_jax.cli.common import UsageError, load_models, parse_dtype
   from ddtree_jax.engine import Engine
   from ddtree_jax.sampling import SamplingParams
   try:
-    if FLAGS.budget < 1:
-      raise UsageError(f"--budget={FLAGS.budget}: must be >= 1")
+    budget = parse_budget(FLAGS.budget)
     if FLAGS.max_new_tokens < 1:
       raise UsageError(f"--max_new_tokens={FLAGS.max_new_tokens}: must be >= 1")
     if FLAGS.trace_dir and FLAGS.mode == "ar":
@@ -106,11 +120,14 @@ def main(argv):
   from ddtree_jax.viz import trace as viz_trace
   try:
     with (viz_trace.tracing(engine) if FLAGS.trace_dir else contextlib.nullcontext([])) as traces:
-      results = engine.generate(prompts, mode=FLAGS.mode, budget=FLAGS.budget, sampling=sampling,
+      results = engine.generate(prompts, mode=FLAGS.mode, budget=budget, sampling=sampling,
                                 max_new_tokens=FLAGS.max_new_tokens, seed=FLAGS.seed, stream=stream)
   except ValueError as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2
+  auto = getattr(engine, "last_auto", None) if budget == "auto" and FLAGS.mode == "ddtree" else None
+  if auto is not None:
+    print(f"auto budget: rounds per budget {auto['rounds_per_budget']}, last choice {auto['chosen']}", file=sys.stderr)
   records = []
   for i, r in enumerate(results):
     rec = {"prompt": texts[i], "prompt_ids": prompts[i], "token_ids": r.token_ids, "stats": r.stats()}
@@ -128,7 +145,8 @@ def main(argv):
   if FLAGS.output_json:
     tmp = FLAGS.output_json + ".tmp"
     with open(tmp, "w") as f:
-      json.dump({"model": label, "mode": FLAGS.mode, "budget": FLAGS.budget, "results": records}, f, indent=1)
+      json.dump({"model": label, "mode": FLAGS.mode, "budget": budget, "results": records,
+                 **({"auto_budget": auto} if auto is not None else {})}, f, indent=1)
     os.replace(tmp, FLAGS.output_json)
   return 0
 

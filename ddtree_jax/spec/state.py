@@ -25,6 +25,8 @@ class GenerationState:
   per_round: jax.Array          # [B, max_rounds] int32 tokens emitted by each round
   stop_ids: jax.Array           # [B, S] int32 stop tokens per request, padded with -1 (a runtime value:
                                 # new stop sets do not recompile)
+  expected: Optional[jax.Array] = None  # [B, C] fp32 running drafter-expected tokens per round for each
+                                        # candidate budget of --budget=auto (spec/auto_budget.py); else None
 
 
 def emit_tokens(state: GenerationState, emit, n_emit):

@@ -28,6 +28,7 @@ class RoundSpec:
   mask_token_id: int = 0
   feature_layers: tuple[int, ...] = ()
   sampling: SamplingParams = SamplingParams()
+  auto_budgets: tuple[int, ...] = ()   # --budget=auto: candidates whose expected tokens the round tracks
 
   def prefill_spec(self) -> "RoundSpec":
     """What the prefill depends on (so that modes and budgets share one compiled prefill)."""
@@ -83,7 +84,7 @@ def draft_distributions(target, drafter, state: GenerationState, spec: RoundSpec
   block = jnp.concatenate([state.bonus[:, None], jnp.full((b, bk - 1), spec.mask_token_id, jnp.int32)], axis=1)
   positions = start[:, None] + jnp.arange(bk, dtype=jnp.int32)[None, :]
   hidden = drafter(target.embed(block), positions, state.drafter_cache)            # [B, Bk, D]
-  logits = target.lm_head(hidden[:, 1:]).astype(jnp.float32)                       # [B, L, V]
+  logits = target.head(hidden[:, 1:])                                               # [B, L, V] fp32
   from ddtree_jax import vocab_parallel
   if vocab_parallel.applies(getattr(target, "mesh", None), logits.shape[-1]):   # from vocabulary shards
     return vocab_parallel.top_k_logprobs(logits, spec.topk, target.mesh)
@@ -98,6 +99,10 @@ def speculative_round(target, drafter, state: GenerationState, spec: RoundSpec) 
   active = ~state.done
   top_lp, top_tok = draft_distributions(target, drafter, state, spec)
   tree = build_tree(top_lp, top_tok, n, root_tokens=state.bonus)
+  expected = state.expected
+  if expected is not None and spec.auto_budgets:
+    from ddtree_jax.spec.auto_budget import update_expected
+    expected = update_expected(expected, tree.scores, tree.valid, active, spec.auto_budgets)
   tokens = jnp.where(tree.valid, tree.tokens, 0)
   positions = start[:, None] + tree.depths
   mask = (tree.ancestors & tree.valid[:, None, :]) | jnp.eye(n + 1, dtype=bool)[None]
@@ -118,6 +123,6 @@ def speculative_round(target, drafter, state: GenerationState, spec: RoundSpec) 
   feats = jnp.take_along_axis(out.features, path[:, :, None], axis=1)              # [B, Bk, K*D]
   dcache = drafter.append_context(feats, start[:, None] + i.astype(jnp.int32), committed, state.drafter_cache)
   state = dataclasses.replace(state, cache=cache, drafter_cache=dcache, key=key,
-                              bonus=jnp.where(active, bonus, state.bonus))
+                              bonus=jnp.where(active, bonus, state.bonus), expected=expected)
   state, _ = emit_tokens(state, emit, n_acc)
   return state

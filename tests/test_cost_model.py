@@ -1,0 +1,46 @@
+"""The K2.6 cost model: fit on the stored slice measurements, load, and its qualitative shape."""
+import json
+import os
+
+import pytest
+
+from ddtree_jax import cost_model as cm
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SLICE = os.path.join(ROOT, "benchmarks", "results", "k26_slice_h200.json")
+
+
+def test_load_and_shape():
+  m = cm.load()
+  assert m.fit.impl == "pallas" and m.fit.points >= 5
+  ar, d8, d64 = m.round_s("ar", 0, 4096), m.round_s("ddtree", 8, 4096), m.round_s("ddtree", 64, 4096)
+  assert 0 < ar < d8 < d64
+  assert m.round_s("ddtree", 64, 32768) > d64                     # attention grows with the context
+  assert m.with_interconnect("pcie").round_s("ddtree", 64, 4096) > d64
+  b = m.breakdown("ddtree", 256, 32768)
+  assert b["distinct_local_experts"] == pytest.approx(48 * (1 - (1 - 8 / 384) ** 257))
+  with pytest.raises(ValueError):
+    m.round_s("beam", 1, 1)
+
+
+def test_refit_matches_stored(tmp_path):
+  out = tmp_path / "cost.json"
+  fits = cm.fit_from_bench(SLICE, str(out))
+  stored = json.load(open(cm.DEFAULT_PATH))["fits"]
+  for f in fits:
+    assert f.c_expert == pytest.approx(stored[f.impl]["c_expert"])
+  doc = json.load(open(SLICE))
+  f = fits[0]
+  for r in doc["rows"]:
+    if r["impl"] == f.impl:     # the fit reproduces every measured slice time within 30 %
+      pred = f.slice_time(r["T"], r["context"], sum(r["local_distinct"]), r["layers"])
+      assert abs(pred - r["time_s"]) / r["time_s"] < 0.3
+
+
+def test_allreduce():
+  ic = cm.Interconnect("x", 100e9, 1e-5, gpus=8)
+  assert ic.allreduce_s(0) == pytest.approx(1e-5)
+  assert ic.allreduce_s(1e9) == pytest.approx(1e-5 + 1.75e-2)
+  assert cm.Interconnect("one", 1e9, 1e-5, gpus=1).allreduce_s(1e6) == 0.0
+  with pytest.raises(FileNotFoundError):
+    cm.load("/nonexistent.json")

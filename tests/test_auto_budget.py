@@ -71,8 +71,7 @@ def test_choice_rule():
 
 
 def test_cli_budget_flag():
-  from ddtree_jax.cli.common import UsageError
-  from ddtree_jax.cli.generate import parse_budget
+  from ddtree_jax.cli.common import UsageError, parse_budget
   assert parse_budget("auto") == "auto" and parse_budget("16") == 16
   with pytest.raises(UsageError, match="--budget=0: must be >= 1"):
     parse_budget("0")

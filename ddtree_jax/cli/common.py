@@ -23,6 +23,19 @@ def parse_dtype(name: str):
   return DTYPES[name]
 
 
+def parse_budget(text: str):
+  """--budget: 'auto' or an integer >= 1."""
+  if text.strip().lower() == "auto":
+    return "auto"
+  try:
+    n = int(text)
+  except ValueError:
+    raise UsageError(f"--budget={text}: expected an integer >= 1 or 'auto'") from None
+  if n < 1:
+    raise UsageError(f"--budget={n}: must be >= 1")
+  return n
+
+
 def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, want_drafter: bool, mesh=None):
   """Returns (target, target_cfg, drafter, drafter_cfg, tokenizer, label). With a mesh, checkpoint
   weights are read straight into their shards (ddtree_jax.sharding rules)."""

@@ -68,23 +68,9 @@ def read_prompts(tokenizer):
   return [encode(t) for t in texts], texts
 
 
-def parse_budget(text: str):
-  """'auto' or an integer >= 1."""
-  from ddtree_jax.cli.common import UsageError
-  if text.strip().lower() == "auto":
-    return "auto"
-  try:
-    n = int(text)
-  except ValueError:
-    raise UsageError(f"--budget={text}: expected an integer >= 1 or 'auto'") from None
-  if n < 1:
-    raise UsageError(f"--budget={n}: must be >= 1")
-  return n
-
-
 def main(argv):
   del argv
-  from ddtree_jax.cli.common import UsageError, load_models, parse_dtype
+  from ddtree_jax.cli.common import UsageError, load_models, parse_budget, parse_dtype
   from ddtree_jax.engine import Engine
   from ddtree_jax.sampling import SamplingParams
   try:

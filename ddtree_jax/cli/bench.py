@@ -19,6 +19,8 @@ from typing import Callable, Optional, Sequence
 
 from absl import app, flags
 
+from ddtree_jax.cli import distributed  # noqa: F401  (--mesh and the jax.distributed flags)
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "target directory (default: the embedded model)")
 flags.DEFINE_string("drafter_dir", None, "DFlash drafter directory (default: the embedded drafter)")
@@ -181,18 +183,20 @@ def main(argv):
     if bad:
       raise UsageError(f"--modes: unknown mode(s) {bad}; expected ar, dflash, ddtree")
     want_drafter = any(m != "ar" for m in FLAGS.modes)
+    distributed.initialize()
+    mesh = distributed.mesh_from_flags()
     target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
-                                                         want_drafter=want_drafter)
+                                                         want_drafter=want_drafter, mesh=mesh)
     if tok is None:
       raise UsageError("the model directory has no tokenizer")
     texts = load_prompt_texts(FLAGS.prompts, tok, FLAGS.num_prompts)
     prompts = [tok.encode(t) for t in texts]
-    engine = Engine(target, cfg, drafter, dcfg)
+    engine = Engine(target, cfg, drafter, dcfg, mesh=mesh)
   except (UsageError, ValueError) as e:
     print(f"ddtree-bench: error: {e}", file=sys.stderr)
     return 2
-  print(f"model: {label}; {len(prompts)} prompts; backend {jax.default_backend()} ({jax.devices()[0].device_kind})",
-        file=sys.stderr)
+  print(f"model: {label}; {len(prompts)} prompts; backend {jax.default_backend()} ({jax.devices()[0].device_kind}); "
+        f"{distributed.describe(mesh)}", file=sys.stderr)
   deadline = time.perf_counter() + FLAGS.time_budget_s if FLAGS.time_budget_s else None
   meta = {"model": label, "backend": jax.default_backend(), "device": jax.devices()[0].device_kind,
           "prompts": len(prompts), "max_new_tokens": FLAGS.max_new_tokens, "dtype": FLAGS.dtype,

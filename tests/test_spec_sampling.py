@@ -85,7 +85,7 @@ def setup():
   target = DeepseekV3(cfg, dtype=jnp.float32, rngs=nnx.Rngs(5))
   # Random weights give nearly flat logits; sharpen them so that the distribution has structure
   # (which gives the test power and the oracle drafter something to get right).
-  target.lm_head.kernel.value = target.lm_head.kernel.value * 25.0
+  target.lm_head.kernel[...] = target.lm_head.kernel[...] * 25.0
   return cfg, dcfg, target, exact_joint(target, cfg, 1.0), exact_joint(target, cfg, 0.6)
 
 

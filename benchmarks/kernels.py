@@ -32,6 +32,7 @@ from custom_calls.mla_attention.reference import mla_attention_reference, visibi
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
 from custom_calls.moe_int4.layout import dequantize_int4
+from custom_calls.random_inputs import ancestor_masks
 
 SCALE = 0.14468
 T0 = time.time()
@@ -98,16 +99,6 @@ def roofline(smoke):
 
 
 # ---------------------------------------------------------------------------------------------------- MLA
-def ancestor_masks(rng, b, t):
-  m = np.zeros((b, t, t), bool)
-  for bb in range(b):
-    parent = [-1] + [int(rng.integers(0, i)) for i in range(1, t)]
-    for i in range(t):
-      j = i
-      while j >= 0:
-        m[bb, i, j] = True
-        j = parent[j]
-  return m
 
 
 def mla_inputs(seed, b, t, h, s, r=512, p=64):

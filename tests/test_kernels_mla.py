@@ -12,21 +12,11 @@ import pytest
 
 from custom_calls.mla_attention import mla_attention, mla_attention_reference
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
+from custom_calls.random_inputs import ancestor_masks
 
 SCALE = 0.14468
 
 
-def ancestor_masks(rng, b, t):
-  """Random trees in topological order (parent index < child index): [B, T, T] ancestor-or-self."""
-  m = np.zeros((b, t, t), bool)
-  for bb in range(b):
-    parent = [-1] + [int(rng.integers(0, i)) for i in range(1, t)]
-    for i in range(t):
-      j = i
-      while j >= 0:
-        m[bb, i, j] = True
-        j = parent[j]
-  return m
 
 
 def make_inputs(seed, b, t, h, s, r, p, dtype, cache_len=None):

@@ -280,17 +280,22 @@ def config_from_hf_dict(d: dict[str, Any], where: str = "config.json") -> ModelC
     raise ConfigError(f"{where_text}: {e}") from None
 
 
-def load_config(path: str) -> ModelConfig:
-  """Reads a config.json file (or a directory holding one)."""
+def read_config_json(path: str, what: str = "a Hugging Face config.json") -> tuple[dict[str, Any], str]:
+  """Reads a config.json file (or a directory holding one) -> (parsed dict, file path); errors name the file."""
   if os.path.isdir(path):
     path = os.path.join(path, "config.json")
   if not os.path.exists(path):
-    raise ConfigError(f"{path}: no such file (expected a Hugging Face config.json)")
+    raise ConfigError(f"{path}: no such file (expected {what})")
   try:
     with open(path) as f:
-      d = json.load(f)
+      return json.load(f), path
   except json.JSONDecodeError as e:
     raise ConfigError(f"{path}: not valid JSON ({e})") from None
+
+
+def load_config(path: str) -> ModelConfig:
+  """Reads a target config.json file (or a directory holding one)."""
+  d, path = read_config_json(path)
   return config_from_hf_dict(d, where=path)
 
 

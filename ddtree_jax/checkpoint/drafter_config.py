@@ -8,12 +8,10 @@ and the fit against the target (hidden size, vocabulary, layer ids in range, mas
 """
 from __future__ import annotations
 
-import json
-import os
 from typing import Any, Optional
 
 from ddtree_jax.config import (ConfigError, DFlashConfig, ModelConfig, default_target_layer_ids,
-                               dflash_config_from_hf_dict)
+                               dflash_config_from_hf_dict, read_config_json)
 
 DrafterConfig = DFlashConfig
 
@@ -39,13 +37,5 @@ def drafter_config_from_hf_dict(d: dict[str, Any], where: str = "config.json",
 
 
 def load_drafter_config(path: str, target: Optional[ModelConfig] = None) -> DrafterConfig:
-  if os.path.isdir(path):
-    path = os.path.join(path, "config.json")
-  if not os.path.exists(path):
-    raise ConfigError(f"{path}: no such file (expected the drafter's config.json)")
-  try:
-    with open(path) as f:
-      d = json.load(f)
-  except json.JSONDecodeError as e:
-    raise ConfigError(f"{path}: not valid JSON ({e})") from None
+  d, path = read_config_json(path, "the drafter's config.json")
   return drafter_config_from_hf_dict(d, where=path, target=target)

@@ -35,6 +35,9 @@ def main():
   ap.add_argument("--gen_s", type=float, default=30)
   ap.add_argument("--drafter_s", type=float, default=115)
   ap.add_argument("--max_new_tokens", type=int, default=128)
+  ap.add_argument("--stdlib_root", default=None, help="the Python stdlib to train on (default: this interpreter's)")
+  ap.add_argument("--gen_prompts", type=int, default=4096, help="train-split prompts continued for the drafter data")
+  ap.add_argument("--temperatures", default="0,1", help="bench temperatures")
   ap.add_argument("--num_test_prompts", type=int, default=16)
   args = ap.parse_args()
   out = os.path.abspath(args.out)
@@ -87,11 +90,13 @@ def main():
 
   # ---- 1. corpus + tokenizer --------------------------------------------------------------------
   tcfg0 = make_t()
-  data = pipeline.prepare_corpus(work, tcfg0.vocab_size, max_files=30 if args.smoke else None, log=log)
+  data = pipeline.prepare_corpus(work, tcfg0.vocab_size, max_files=30 if args.smoke else None,
+                                 stdlib_root=args.stdlib_root, log=log)
   results["corpus"] = {k: v for k, v in data["info"].items() if k != "test_files"}
   tok = data["tokenizer"]
+  from ddtree_jax.train import corpus
   tp = P.test_prompts(tok, args.num_test_prompts, seed=0,
-                      docs=None if not args.smoke else __import__("ddtree_jax.train.corpus", fromlist=["x"]).load_split("test", max_files=30),
+                      docs=corpus.load_split("test", root=args.stdlib_root, max_files=30 if args.smoke else None),
                       min_tokens=24 if args.smoke else 64, max_tokens=40 if args.smoke else 90)
   P.write_jsonl(os.path.join(work, "test_prompts.jsonl"), tp)
   log(f"{len(tp)} test prompts")
@@ -108,7 +113,7 @@ def main():
   from ddtree_jax.engine import Engine
   target, cfg4, _, _, tok = pipeline.load_pair(tdir)
   engine = Engine(target, cfg4)
-  n_prompts = 64 if args.smoke else 4096
+  n_prompts = 64 if args.smoke else args.gen_prompts
   seqs = pipeline.with_xla_kernels(
       pipeline.generate_drafter_data, engine, tok, data["streams"]["train"], work, num_prompts=n_prompts,
       prompt_len=32 if args.smoke else 64, max_new_tokens=48 if args.smoke else 384,
@@ -143,7 +148,8 @@ def main():
 
   budgets = (8, 16, 32, 64, 128, 256) if not args.smoke else (4, 16)
   deadline = T0 + args.total_s
-  pipeline.with_xla_kernels(run_bench, engine, prompt_ids, budgets=budgets, temperatures=(0.0, 1.0),
+  pipeline.with_xla_kernels(run_bench, engine, prompt_ids, budgets=budgets,
+                            temperatures=tuple(float(t) for t in args.temperatures.split(",")),
                             max_new_tokens=args.max_new_tokens if not args.smoke else 24, deadline=deadline,
                             on_record=on_record, log=log)
   with open(os.path.join(work, "bench.json"), "w") as f:

@@ -45,7 +45,7 @@ class DrafterTrain:
   gamma: float = 7.0               # position weight exp(-(k-1)/gamma); 7 for block 16
   lr: float = 6e-4
   warmup_ratio: float = 0.04
-  max_steps: int = 4000
+  max_steps: int = 12000           # cosine horizon; the run may stop earlier on its time budget
   weight_decay: float = 0.01
   clip: float = 1.0
   eval_every: int = 250

@@ -22,6 +22,7 @@ flags.DEFINE_enum("preset", "default", ["default", "tiny"], "drafter and trainin
 flags.DEFINE_string("target_dir", None, "the exported target (HF layout with tokenizer.json)", required=True)
 flags.DEFINE_string("workdir", None, "working directory (generated data, checkpoints)", required=True)
 flags.DEFINE_string("export_dir", None, "where to write the drafter (default: workdir/export/drafter)")
+flags.DEFINE_string("stdlib_root", None, "the Python standard library of the prompts (default: this interpreter's)")
 flags.DEFINE_integer("max_files", 0, "use at most this many stdlib files for prompts (0 = all)")
 flags.DEFINE_integer("num_prompts", 4096, "train-split prompts to continue")
 flags.DEFINE_integer("prompt_len", 64, "prompt length in tokens")
@@ -52,7 +53,8 @@ def main(argv):
   if tok is None:
     print(f"ddtree-train-drafter: error: {FLAGS.target_dir} has no tokenizer.json", file=sys.stderr)
     return 2
-  data = pipeline.prepare_corpus(FLAGS.workdir, cfg.vocab_size, max_files=FLAGS.max_files or None)
+  data = pipeline.prepare_corpus(FLAGS.workdir, cfg.vocab_size, max_files=FLAGS.max_files or None,
+                                stdlib_root=FLAGS.stdlib_root)
   seqs = pipeline.generate_drafter_data(
       Engine(target, cfg), tok, data["streams"]["train"], FLAGS.workdir, num_prompts=FLAGS.num_prompts,
       prompt_len=FLAGS.prompt_len, max_new_tokens=FLAGS.max_new_tokens,

@@ -21,6 +21,7 @@ flags.DEFINE_enum("preset", "default", ["default", "tiny"], "model and training 
 flags.DEFINE_string("workdir", None, "working directory (checkpoints, tokenizer, token caches)", required=True)
 flags.DEFINE_string("export_dir", None, "where to write the HF-layout target (default: workdir/export/target)")
 flags.DEFINE_integer("vocab_size", 0, "BPE vocabulary (0 = the preset's)")
+flags.DEFINE_string("stdlib_root", None, "the Python standard library to train on (default: this interpreter's)")
 flags.DEFINE_integer("max_files", 0, "use at most this many stdlib files per split (0 = all)")
 flags.DEFINE_integer("max_steps", 0, "override the preset's step count (0 = keep)")
 flags.DEFINE_integer("batch", 0, "override the batch size (0 = keep)")
@@ -40,7 +41,8 @@ def main(argv):
   hp = make_thp()
   over = {k: getattr(FLAGS, k) for k in ("max_steps", "batch", "seq_len", "lr") if getattr(FLAGS, k)}
   hp = dataclasses.replace(hp, **over)
-  data = pipeline.prepare_corpus(FLAGS.workdir, vocab, max_files=FLAGS.max_files or None)
+  data = pipeline.prepare_corpus(FLAGS.workdir, vocab, max_files=FLAGS.max_files or None,
+                                stdlib_root=FLAGS.stdlib_root)
   cfg = make_t(data["tokenizer"].vocab_size)
   if hp.seq_len > cfg.max_position_embeddings:
     print(f"ddtree-train-target: error: --seq_len={hp.seq_len} exceeds max_position_embeddings "

@@ -30,9 +30,17 @@ def split_of(relpath: str) -> str:
   raise AssertionError(h)
 
 
+def check_root(root: str) -> str:
+  """root, if it is a directory holding a Python standard library (os.py at its top)."""
+  if not os.path.isfile(os.path.join(root, "os.py")):
+    raise FileNotFoundError(f"{root!r} is not a Python standard library directory (no os.py in it); "
+                            "expected e.g. /usr/lib/python3.12")
+  return root
+
+
 def iter_files(root: Optional[str] = None) -> Iterator[str]:
   """Relative paths of the stdlib's .py files, sorted."""
-  root = root or stdlib_root()
+  root = check_root(root) if root else stdlib_root()
   out = []
   for d, dirs, files in os.walk(root):
     dirs[:] = sorted(x for x in dirs if x not in ("site-packages", "dist-packages", "__pycache__"))
@@ -63,6 +71,13 @@ def load_split(split: str, root: Optional[str] = None, max_files: Optional[int] 
   return out
 
 
+def _version_of(root: str) -> str:
+  """The Python version of a stdlib directory (its name, e.g. python3.12), or the running one's."""
+  if os.path.realpath(root) == os.path.realpath(stdlib_root()):
+    return platform.python_version()
+  return os.path.basename(os.path.normpath(root)).removeprefix("python") or "unknown"
+
+
 def corpus_info(root: Optional[str] = None) -> dict:
   """What the corpus was built from (recorded next to the checkpoints)."""
   root = root or stdlib_root()
@@ -73,6 +88,6 @@ def corpus_info(root: Optional[str] = None) -> dict:
     counts[s] += 1
     nbytes[s] += os.path.getsize(os.path.join(root, rel))
   return {"source": "Python standard library (.py files, site-packages excluded)",
-          "python_version": platform.python_version(), "stdlib_root": root,
+          "python_version": _version_of(root), "stdlib_root": root,
           "split_rule": "sha256(relative path)[:8] mod 1000: train [0,900), val [900,950), test [950,1000)",
           "files": counts, "bytes": nbytes}

@@ -21,8 +21,12 @@ from ddtree_jax.train import bpe, common, corpus
 Log = Callable[[str], None]
 
 
-def prepare_corpus(workdir: str, vocab_size: int, *, max_files: Optional[int] = None, log: Log = print) -> dict:
-  """Tokenizer + token streams of the three splits (reused when already in workdir)."""
+def prepare_corpus(workdir: str, vocab_size: int, *, max_files: Optional[int] = None,
+                   stdlib_root: Optional[str] = None, log: Log = print) -> dict:
+  """Tokenizer + token streams of the three splits (reused when already in workdir).
+
+  stdlib_root: the standard library to read (default: the running interpreter's, corpus.stdlib_root()).
+  """
   os.makedirs(workdir, exist_ok=True)
   tok_path = os.path.join(workdir, "tokenizer.json")
   paths = {s: os.path.join(workdir, f"tokens_{s}.npy") for s in corpus.SPLITS}
@@ -33,8 +37,8 @@ def prepare_corpus(workdir: str, vocab_size: int, *, max_files: Optional[int] = 
       info = json.load(f)
     return {"tokenizer": tok, "tokenizer_path": tok_path, "streams": streams, "info": info}
   t0 = time.perf_counter()
-  docs = {s: corpus.load_split(s, max_files=max_files) for s in corpus.SPLITS}
-  info = corpus.corpus_info()
+  docs = {s: corpus.load_split(s, root=stdlib_root, max_files=max_files) for s in corpus.SPLITS}
+  info = corpus.corpus_info(stdlib_root)
   info["files_used"] = {s: len(d) for s, d in docs.items()}
   tok = bpe.train_bpe((t for _, t in docs["train"]), vocab_size, tok_path)
   log(f"tokenizer: {tok.vocab_size} tokens trained on {len(docs['train'])} files in {time.perf_counter() - t0:.1f}s")

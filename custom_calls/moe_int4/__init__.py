@@ -10,13 +10,17 @@ from custom_calls.moe_int4.reference import routed_experts_dense_reference, rout
 from custom_calls.moe_int4.repack import Int4Experts, repack
 
 _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
+# Up to this many tokens the split-K kernels (pallas_splitk.py: few rows per expert, memory-bound) run;
+# above it the grouped kernels (pallas_triton.py). Chosen from the H200 measurements in benchmarks/RESULTS.md.
+SPLITK_MAX_TOKENS = 64
 
 
 def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                         down_packed, down_scale, *, group_size=32, expert_offset=0, impl="auto"):
   """See reference.py for shapes.
 
-  impl: "auto" (the Pallas Triton kernel on GPU backends for supported shapes, else the XLA reference),
+  impl: "auto" (the Pallas Triton kernels on GPU backends for supported shapes, else the XLA reference;
+  split-K for up to SPLITK_MAX_TOKENS tokens, grouped above),
   "xla", "pallas" (GPU), "pallas_interpret" (the kernel under the Pallas interpreter, for CPU tests).
   """
   if impl not in _IMPLS:
@@ -33,8 +37,11 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
         f"routed_experts_int4(impl={impl!r}): unsupported shapes/dtypes x {x.shape} {x.dtype}, gate_packed "
         f"{gate_packed.shape}, down_packed {down_packed.shape}, group_size {group_size} "
         "(need D % 256 == 0, I % 128 == 0, power-of-two group size 8..128)")
-  return pallas_triton.routed_experts_int4_pallas(*args, expert_offset, group_size=group_size,
-                                                   interpret=(impl == "pallas_interpret"))
+  interpret = impl == "pallas_interpret"
+  from custom_calls.moe_int4 import pallas_splitk
+  if x.shape[0] <= SPLITK_MAX_TOKENS and pallas_splitk.supported(x, gate_packed, down_packed, group_size):
+    return pallas_splitk.routed_experts_int4_splitk(*args, expert_offset, group_size=group_size, interpret=interpret)
+  return pallas_triton.routed_experts_int4_pallas(*args, expert_offset, group_size=group_size, interpret=interpret)
 
 
 def routed_experts_dense(x, expert_ids, expert_weights, w_gate, w_up, w_down, *, expert_offset=0):

@@ -275,16 +275,15 @@ def moe_sweep(smoke):
                         8: [dict(block_m=16, block_n=32, block_k=64), dict(kernel="splitk", block_k=128)]}
   sk = lambda **kw: dict(kernel="splitk", **kw)
   tiny = [sk(), sk(splits_up=28, splits_down=8), sk(splits_up=7, splits_down=4), sk(block_n=128),
-          sk(num_warps=2), sk(num_stages=3), sk(block_k=512, splits_up=14, splits_down=4), sk(num_warps=8)]
-  mid = [sk(), sk(splits_up=14, splits_down=8), sk(splits_up=4, splits_down=2), sk(block_n=128), sk(num_stages=3),
-         sk(num_warps=8)]
+          sk(num_warps=2), sk(block_k=512, splits_up=14, splits_down=4)]
+  mid = [sk(), sk(splits_up=14, splits_down=8), sk(splits_up=4, splits_down=2), sk(block_n=128)]
   big = [sk(), sk(splits_up=2, splits_down=1), sk(splits_up=7, splits_down=4), sk(block_n=128, num_warps=8)]
   grouped_small = [dict(block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3, planar=True)]
   grouped_big = [dict(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=3, planar=True),
                  dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3),
                  dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3),
                  dict(block_m=64, block_n=256, block_k=64, num_warps=8, num_stages=4)]
-  return [1, 8, 16, 64, 128, 512, 4096], {
+  return [1, 8, 64, 512, 16, 128, 4096], {
       1: tiny, 8: tiny, 16: mid + grouped_small, 64: mid + grouped_small, 128: big + grouped_small,
       512: big + grouped_small, 4096: grouped_big}
 

@@ -18,6 +18,7 @@ from flax import nnx
 from ddtree_jax.cache import init_latent_cache
 from ddtree_jax.config import DFlashConfig, ModelConfig
 from ddtree_jax.sampling import SamplingParams
+from ddtree_jax.spec.prefill import DEFAULT_CHUNK as DEFAULT_PREFILL_CHUNK, check_chunk, chunk_layout
 from ddtree_jax.spec.state import GenerationState
 
 MODES = ("ar", "dflash", "ddtree")
@@ -28,21 +29,27 @@ _COMPILED: dict = {}
 
 
 def _jit(kind: str, spec, t_graph, d_graph, out_shardings=None):
-  """jax.jit of one prefill or one round over (target params, drafter params, donated state, ...).
-  out_shardings: the state's shardings on a mesh (the output state is laid out as the input)."""
+  """jax.jit of one prefill chunk, the prefill's end or one round over (target params, drafter params,
+  donated state, ...). out_shardings: the state's shardings on a mesh (the output state is laid out as
+  the input)."""
   jit_kw = {} if out_shardings is None else {"out_shardings": out_shardings}
-  from ddtree_jax.spec import step
+  from ddtree_jax.spec import prefill, step
 
   def models(t_params, d_params):
     target = nnx.merge(t_graph, t_params)
     drafter = nnx.merge(d_graph, d_params) if d_graph is not None and spec.mode != "ar" else None
     return target, drafter
 
-  if kind == "prefill":
-    def prefill(t_params, d_params, state, tokens, prompt_len):
+  if kind == "prefill_chunk":
+    def one_chunk(t_params, d_params, state, tokens, start, prompt_len):
       target, drafter = models(t_params, d_params)
-      return step.prefill(target, drafter, state, tokens, prompt_len, spec)
-    return jax.jit(prefill, donate_argnums=(2,), **jit_kw)
+      return prefill.prefill_chunk(target, drafter, state, tokens, start, prompt_len, spec)
+    return jax.jit(one_chunk, donate_argnums=(2,), **jit_kw)
+  if kind == "prefill_finish":
+    def finish(t_params, d_params, state, prompt_len):
+      del t_params, d_params
+      return prefill.prefill_finish(state, prompt_len)
+    return jax.jit(finish, donate_argnums=(2,), **jit_kw)
 
   def one_round(t_params, d_params, state):
     target, drafter = models(t_params, d_params)
@@ -88,9 +95,11 @@ class Engine:
   """
 
   def __init__(self, target, target_cfg: ModelConfig, drafter=None, drafter_cfg: Optional[DFlashConfig] = None,
-               *, cache_dtype=None, mesh=None):
+               *, cache_dtype=None, mesh=None, prefill_chunk: Optional[int] = DEFAULT_PREFILL_CHUNK):
     """mesh: a ("data", "model") jax.sharding.Mesh (ddtree_jax.sharding.make_mesh) to run on; parameters
-    not already placed are moved onto it by the rules of sharding.py. None: one device."""
+    not already placed are moved onto it by the rules of sharding.py. None: one device.
+    prefill_chunk: prompt tokens per prefill forward (spec/prefill.py); 0 or None: the whole prompt at once."""
+    self.prefill_chunk = check_chunk(prefill_chunk)
     if (drafter is None) != (drafter_cfg is None):
       raise ValueError("Engine: pass both drafter and drafter_cfg, or neither")
     if drafter_cfg is not None:
@@ -114,8 +123,8 @@ class Engine:
 
   # ---- the compiled pieces --------------------------------------------------------------------
   def _compiled_fn(self, kind, spec, *args):
-    """The compiled prefill or round. Programs are shared by every Engine whose models have the same
-    structure (graphdef), so new weights of the same shapes do not recompile."""
+    """The compiled prefill chunk, prefill end or round. Programs are shared by every Engine whose models
+    have the same structure (graphdef), so new weights of the same shapes do not recompile."""
     leaves = jax.tree_util.tree_leaves(args)
     key = (kind, spec, self._t_graph, self._d_graph,
            tuple((a.shape, a.dtype, getattr(a, "sharding", None)) for a in leaves))
@@ -226,31 +235,39 @@ class Engine:
     block = max(spec.block_size, 1)
     b = len(prompts)
     p_max = _bucket(max(len(p) for p in prompts), 16)
-    capacity = _bucket(p_max + max_new_tokens + spec.budget + block + 1, 128)
+    chunk, n_chunks = chunk_layout(p_max, self.prefill_chunk)   # the last chunk is padded
+    # The cache holds the padded chunks and the longest generation (+ one round's block).
+    capacity = _bucket(max(n_chunks * chunk, p_max + max_new_tokens + spec.budget + block + 1), 128)
     # Buffers are bucketed so that nearby max_new_tokens values share compiled programs.
     out_width = _bucket(max_new_tokens, 64) + block
     num_stops = _bucket(len(stops), STOP_SLOTS)
     stop_arr = np.full((b, num_stops), -1, np.int32)
     stop_arr[:, :len(stops)] = stops
-    tokens = np.zeros((b, p_max), np.int32)
+    tokens = np.zeros((b, n_chunks * chunk), np.int32)
     for i, p in enumerate(prompts):
       tokens[i, :len(p)] = np.asarray(p, np.int32)
     from ddtree_jax import plan
-    plan.check_engine(self, batch=b, capacity=capacity, prompt_tokens=p_max, budget=spec.budget)
+    plan.check_engine(self, batch=b, capacity=capacity, prompt_tokens=p_max, budget=spec.budget,
+                      prefill_chunk=chunk)
     prompt_len = self._place(np.asarray([len(p) for p in prompts], np.int32))
     state = self.init_state(b, capacity, out_width, _bucket(max_new_tokens + 1, 64), seed, num_stops)
     state = self._place(dataclasses.replace(state, max_new=jnp.full((b,), max_new_tokens, jnp.int32),
                                             stop_ids=jnp.asarray(stop_arr),
                                             expected=None if auto is None else jnp.zeros((b, len(auto.candidates)))))
-    tokens = self._place(tokens)
-    # Compile both programs before the clock starts (the round takes a state of the same shapes).
-    prefill = self._compiled_fn("prefill", spec.prefill_spec(), self._t_params, self._d_params, state, tokens, prompt_len)
+    chunks = [(self._place(tokens[:, i * chunk:(i + 1) * chunk]), self._place(np.full((b,), i * chunk, np.int32)))
+              for i in range(n_chunks)]
+    # Compile every program before the clock starts (the round takes a state of the same shapes).
+    pspec = spec.prefill_spec()
+    prefill = self._compiled_fn("prefill_chunk", pspec, self._t_params, self._d_params, state, *chunks[0], prompt_len)
+    finish = self._compiled_fn("prefill_finish", pspec, self._t_params, self._d_params, state, prompt_len)
     step = self._compiled_fn("round", spec, self._t_params, self._d_params, state)
     if auto is not None:   # one program per candidate budget, all compiled before the clock starts
       steps = {n: self._compiled_fn("round", dataclasses.replace(spec, budget=n, topk=min(n, cfg.vocab_size)),
                                     self._t_params, self._d_params, state) for n in auto.candidates}
     t0 = time.perf_counter()
-    state = prefill(self._t_params, self._d_params, state, tokens, prompt_len)
+    for chunk_tokens, start in chunks:
+      state = prefill(self._t_params, self._d_params, state, chunk_tokens, start, prompt_len)
+    state = finish(self._t_params, self._d_params, state, prompt_len)
     seen = np.zeros(b, np.int64)
     if stream is not None:
       seen = self._stream(state, seen, stream)

@@ -8,8 +8,10 @@ Activations (an estimate of the peak of the largest program, not an XLA buffer a
 - a round verifying T = budget + 1 tokens: hidden states, fp32 logits [B, T, V/n] (and the drafter's
   [B, L, V/n]) with their log-softmax / filter temporaries, MoE rows (T * top_k pairs), the attention
   scores [B, T, H/n, S] fp32 when the XLA attention is used (the Pallas kernel keeps them on chip);
-- the prefill of the prompt in one forward (the engine's prefill is not chunked): expanded MLA with
-  per-head keys/values [B, S, H/n, 128+128] and fp32 scores [B, P, H/n, S], plus the MoE rows of P tokens;
+- one forward of the prefill, over a chunk of C = min(prefill_chunk, P) prompt tokens (spec/prefill.py;
+  C = P when the prompt is prefilled in one forward): expanded MLA with per-head keys/values of the whole
+  cache [B, S, H/n, 128+128] and fp32 scores [B, C, H/n, S], the MoE rows of C tokens, and the logits of
+  one row per sequence;
 the larger of the two counts, plus `reserve` for XLA workspace / CUDA context.
 """
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Plan:
   batch: int
   budget: int                    # tree nodes per round (0: AR)
   prompt_len: int
+  prefill_chunk: int             # prompt tokens per prefill forward (= prompt_len: one forward)
   weights: int                   # bytes per device
   drafter_weights: int
   target_cache: int
@@ -57,11 +60,18 @@ class Plan:
   def fits(self) -> bool:
     return self.device_bytes is None or self.total <= self.device_bytes
 
+  def _chunking(self) -> str:
+    if not self.prompt_len:
+      return ""
+    if self.prefill_chunk >= self.prompt_len:
+      return " (prefilled in one forward)"
+    return f" (prefilled in {math.ceil(self.prompt_len / self.prefill_chunk)} chunks of {self.prefill_chunk:,})"
+
   def lines(self) -> list[str]:
     d, m = self.mesh
     g = lambda x: f"{x / GB:9.2f} GB"
     out = [f"mesh {d}x{m} (data x model), context {self.context:,} tokens, batch {self.batch}, "
-           f"budget {self.budget}, prompt {self.prompt_len:,} tokens",
+           f"budget {self.budget}, prompt {self.prompt_len:,} tokens" + self._chunking(),
            f"  weights (target)        {g(self.weights)}",
            f"  weights (drafter)       {g(self.drafter_weights)}",
            f"  target latent cache     {g(self.target_cache)}   ({self.cache_bytes_per_token:,} B/token/sequence, "
@@ -113,10 +123,11 @@ def drafter_param_shapes(dcfg, dtype):
 
 
 def make_plan(cfg, mesh_shape: tuple[int, int], *, context: int, batch: int = 1, budget: int = 0, dcfg=None,
-              prompt_len: int = 0, dtype_bytes: int = 2, attention: str = "pallas", moe: str = "pallas",
+              prompt_len: int = 0, prefill_chunk: Optional[int] = None, dtype_bytes: int = 2, attention: str = "pallas", moe: str = "pallas",
               device_bytes: Optional[int] = None, reserve: int = 2 * GIB, target_weights: Optional[int] = None,
               drafter_weights: Optional[int] = None) -> Plan:
-  """Bytes per device. mesh_shape: (data, model). attention / moe: "pallas" (GPU kernels: scores and
+  """Bytes per device. mesh_shape: (data, model). prefill_chunk: prompt tokens per prefill forward (the
+  engine's Engine(prefill_chunk=...)); None or 0: the whole prompt in one forward. attention / moe: "pallas" (GPU kernels: scores and
   dequantised experts stay on chip) or "xla" (the reference: materialised). target_weights /
   drafter_weights: per-device bytes when already known (else computed from the abstract model)."""
   import jax.numpy as jnp
@@ -164,15 +175,18 @@ def make_plan(cfg, mesh_shape: tuple[int, int], *, context: int, batch: int = 1,
     act_round += b_l * l * v_l * 4 * 3                            # drafter logits + log-softmax + top-K
   if attention == "xla":
     act_round += b_l * t * h_l * context * 4 * 2
-  p = prompt_len
+  if prefill_chunk is not None and prefill_chunk < 0:
+    raise PlanError(f"prefill_chunk={prefill_chunk}: must be >= 0 (0 = the whole prompt in one forward)")
+  c = min(prefill_chunk, prompt_len) if prefill_chunk else prompt_len   # tokens per prefill forward
   act_prefill = 0
-  if p:
+  if c:
     act_prefill = (b_l * context * h_l * (cfg.qk_nope_head_dim + cfg.v_head_dim) * (dtype_bytes + 4)
-                   + b_l * p * h_l * context * 4 * 2               # expanded MLA: fp32 scores + probabilities
-                   + b_l * p * d * 4 * 6 + b_l * p * v_l * 4       # hidden states, full-prompt logits
-                   + b_l * p * n_feat * d * dtype_bytes
-                   + moe_rows(b_l * p) + dequantised())
-  return Plan(mesh=(data, model), context=context, batch=batch, budget=budget, prompt_len=prompt_len,
+                   + b_l * c * h_l * context * 4 * 2               # expanded MLA: fp32 scores + probabilities
+                   + b_l * c * d * 4 * 6                           # hidden states of the chunk
+                   + b_l * v_l * 4 * 3                             # logits of the last prompt token + sampling
+                   + b_l * c * n_feat * d * dtype_bytes            # drafter features of the chunk
+                   + moe_rows(b_l * c) + dequantised())
+  return Plan(mesh=(data, model), context=context, batch=batch, budget=budget, prompt_len=prompt_len, prefill_chunk=c,
               weights=target_weights, drafter_weights=drafter_weights, target_cache=target_cache,
               drafter_cache=drafter_cache, act_round=act_round, act_prefill=act_prefill, reserve=reserve,
               device_bytes=device_bytes, cache_bytes_per_token=per_tok, drafter_cache_bytes_per_token=d_per_tok)
@@ -192,12 +206,13 @@ def _largest(fits, lo: int, hi: int) -> int:
 
 
 def advice(plan: Plan, cfg, **kw) -> str:
-  """What to change so that `plan` fits: the largest context / batch / budget / prompt that fit, more
+  """What to change so that `plan` fits: the largest prefill chunk / context / batch / budget that fit, more
   devices. kw: the other make_plan arguments the plan was made with (dcfg, dtype_bytes, attention, moe)."""
   if plan.fits:
     return ""
   over = plan.total - plan.device_bytes
   base = dict(context=plan.context, batch=plan.batch, budget=plan.budget, prompt_len=plan.prompt_len,
+              prefill_chunk=plan.prefill_chunk,
               device_bytes=plan.device_bytes, reserve=plan.reserve, target_weights=plan.weights,
               drafter_weights=plan.drafter_weights, **kw)
   tips = []
@@ -210,10 +225,11 @@ def advice(plan: Plan, cfg, **kw) -> str:
     def fits_with(**ch):
       return make_plan(cfg, plan.mesh, **{**base, **ch}).fits
     if plan.prompt_len:
-      p = _largest(lambda n: fits_with(prompt_len=n), 1, plan.prompt_len)
-      if 0 < p < plan.prompt_len:
-        tips.append(f"--prompt_len <= {p:,} (the one-shot prefill of {plan.prompt_len:,} tokens needs "
-                    f"{plan.act_prefill / GB:.1f} GB of activations)")
+      n = _largest(lambda n: fits_with(prefill_chunk=n), 1, plan.prefill_chunk)
+      if 0 < n < plan.prefill_chunk:
+        what = ("the one-shot prefill of {:,} tokens needs" if plan.prefill_chunk >= plan.prompt_len
+                else "prefill chunks of {:,} tokens need").format(plan.prefill_chunk)
+        tips.append(f"--prefill_chunk <= {n:,} ({what} {plan.act_prefill / GB:.1f} GB of activations)")
     c = _largest(lambda n: fits_with(context=n, prompt_len=min(plan.prompt_len, n)), 1, plan.context)
     if c >= 1:
       tips.append(f"--context <= {c:,}")
@@ -261,9 +277,10 @@ def device_memory_limit() -> Optional[int]:
 
 
 def check_engine(engine, *, batch: int, capacity: int, prompt_tokens: int, budget: int,
-                 device_bytes: Optional[int] = None):
+                 prefill_chunk: Optional[int] = None, device_bytes: Optional[int] = None):
   """Raises PlanError before allocating when the engine's caches and activations cannot fit beside its
-  weights. Without a known device memory (CPU) nothing is checked."""
+  weights. prefill_chunk: tokens per prefill forward (default: the engine's). Without a known device
+  memory (CPU) nothing is checked."""
   device_bytes = device_bytes if device_bytes is not None else device_memory_limit()
   if device_bytes is None:
     return None
@@ -275,7 +292,8 @@ def check_engine(engine, *, batch: int, capacity: int, prompt_tokens: int, budge
   kw = dict(dcfg=engine.drafter_cfg, dtype_bytes=jax.numpy.dtype(engine.cache_dtype).itemsize,
             attention="pallas" if on_gpu else "xla", moe="pallas" if on_gpu else "xla")
   p = make_plan(engine.target_cfg, shape, context=capacity, batch=batch, budget=budget,
-                prompt_len=prompt_tokens, **kw, device_bytes=device_bytes, reserve=min(2 * GIB, device_bytes // 10),
+                prompt_len=prompt_tokens, prefill_chunk=prefill_chunk or getattr(engine, "prefill_chunk", None),
+                **kw, device_bytes=device_bytes, reserve=min(2 * GIB, device_bytes // 10),
                 target_weights=_device_bytes_per_device(engine._t_params),
                 drafter_weights=_device_bytes_per_device(engine._d_params) if engine._d_params is not None else 0)
   if not p.fits:

@@ -151,3 +151,77 @@ def test_streaming_callback_delivers_every_token_in_order(cfgs):
                         stream=lambda i, ids: (got[i].extend(ids), calls.append(len(ids))))
   assert [got[0], got[1]] == [r.token_ids for r in res]
   assert max(calls) > 1      # tokens arrive a round (several tokens) at a time
+
+
+# ---- chunked prefill (spec/prefill.py) --------------------------------------------------------------
+
+CHUNK = 5   # divides none of the prompt lengths below, nor their padded length
+
+
+def chunk_engines(cfgs, seed=0):
+  """The same target and drafter prefilled in chunks of CHUNK and in one forward."""
+  cfg, dcfg = cfgs
+  target = DeepseekV3(cfg, dtype=jnp.float32, rngs=nnx.Rngs(seed))
+  drafter = DFlashDrafter(dcfg, dtype=jnp.float32, rngs=nnx.Rngs(seed + 100))
+  return (Engine(target, cfg, drafter, dcfg, prefill_chunk=CHUNK),
+          Engine(target, cfg, drafter, dcfg, prefill_chunk=0))
+
+
+def test_chunked_prefill_gives_one_shot_tokens_and_cache(cfgs):
+  """A ragged batch of 13, 7 and 11 tokens (padded to 16: chunks of 5, the last one padded) gives the
+  one-shot prefill's tokens in every mode at T=0 (and AR's at T=1 with the same seed), and caches
+  close to the one-shot caches after the prefill."""
+  from ddtree_jax.sampling import SamplingParams
+  chunked, one_shot = chunk_engines(cfgs)
+  rng = np.random.default_rng(21)
+  prompts = [rng.integers(2, cfgs[0].vocab_size - 1, size=n).tolist() for n in (13, 7, 11)]
+  runs = [("ar", 1, SamplingParams()), ("dflash", 1, SamplingParams()), ("ddtree", 24, SamplingParams()),
+          ("ar", 1, SamplingParams(temperature=1.0))]
+  for mode, budget, sampling in runs:
+    want = [r.token_ids for r in one_shot.generate(prompts, mode=mode, budget=budget, sampling=sampling,
+                                                   max_new_tokens=MAX_NEW, seed=4)]
+    got = [r.token_ids for r in chunked.generate(prompts, mode=mode, budget=budget, sampling=sampling,
+                                                 max_new_tokens=MAX_NEW, seed=4)]
+    assert got == want, (mode, sampling)
+  # The state right after the prefill (max_new_tokens=1: no round runs).
+  _, a = one_shot.run(prompts, mode="ddtree", budget=24, max_new_tokens=1)
+  _, b = chunked.run(prompts, mode="ddtree", budget=24, max_new_tokens=1)
+  np.testing.assert_array_equal(np.asarray(a.out[:, 0]), np.asarray(b.out[:, 0]))
+  for x, y in ((a.cache.lengths, b.cache.lengths), (a.drafter_cache.lengths, b.drafter_cache.lengths)):
+    np.testing.assert_array_equal(np.asarray(x), [13, 7, 11])
+    np.testing.assert_array_equal(np.asarray(y), [13, 7, 11])
+  pairs = list(zip(a.cache.ckv + a.cache.kpe + a.drafter_cache.k + a.drafter_cache.v,
+                   b.cache.ckv + b.cache.kpe + b.drafter_cache.k + b.drafter_cache.v))
+  for x, y in pairs:
+    for i, p in enumerate(prompts):
+      np.testing.assert_allclose(np.asarray(y[i, :len(p)]), np.asarray(x[i, :len(p)]), atol=2e-5, rtol=1e-4)
+
+
+def test_one_chunk_program_serves_every_prompt_length(cfgs):
+  from ddtree_jax import engine as engine_mod
+  chunked, one_shot = chunk_engines(cfgs)
+  programs = lambda: [k for k in engine_mod._COMPILED if k[0] == "prefill_chunk" and k[2] == chunked._t_graph]
+  rng = np.random.default_rng(22)
+  short = [rng.integers(2, 200, size=n).tolist() for n in (13, 7, 11)]     # 4 chunks
+  long = [rng.integers(2, 200, size=n).tolist() for n in (30, 3, 21)]      # 7 chunks
+  chunked.generate(short, mode="ar", max_new_tokens=MAX_NEW)
+  before = len(programs())
+  got = [r.token_ids for r in chunked.generate(long, mode="ar", max_new_tokens=MAX_NEW)]
+  assert len(programs()) == before
+  assert got == [r.token_ids for r in one_shot.generate(long, mode="ar", max_new_tokens=MAX_NEW)]
+
+
+def test_prefill_chunk_layout_and_bad_values(cfgs):
+  from ddtree_jax.cli.common import UsageError, parse_prefill_chunk
+  from ddtree_jax.spec.prefill import chunk_layout
+  assert chunk_layout(32, 5) == (5, 7) and chunk_layout(1024, 512) == (512, 2)
+  assert chunk_layout(16, 512) == (16, 1) and chunk_layout(16, None) == (16, 1)
+  cfg, _ = cfgs
+  target = DeepseekV3(cfg, dtype=jnp.float32, rngs=nnx.Rngs(0))
+  for bad in (-1, 2.5, "64"):
+    with pytest.raises(ValueError, match="prefill_chunk"):
+      Engine(target, cfg, prefill_chunk=bad)
+  assert Engine(target, cfg, prefill_chunk=0).prefill_chunk is None
+  with pytest.raises(UsageError, match="--prefill_chunk=-3: must be >= 0"):
+    parse_prefill_chunk(-3)
+  assert parse_prefill_chunk(0) is None and parse_prefill_chunk(256) == 256

@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence
 
 from absl import app, flags
 
+from ddtree_jax.cli import common  # noqa: F401  (--prefill_chunk)
 from ddtree_jax.cli import distributed  # noqa: F401  (--mesh and the jax.distributed flags)
 
 FLAGS = flags.FLAGS
@@ -173,10 +174,11 @@ def load_prompt_texts(spec: Optional[str], tok, n: int) -> list[str]:
 def main(argv):
   del argv
   import jax
-  from ddtree_jax.cli.common import UsageError, load_models, parse_dtype
+  from ddtree_jax.cli.common import UsageError, load_models, parse_dtype, parse_prefill_chunk
   from ddtree_jax.engine import Engine
   try:
     dtype = parse_dtype(FLAGS.dtype)
+    prefill_chunk = parse_prefill_chunk(FLAGS.prefill_chunk)
     budgets = [int(b) for b in FLAGS.budgets]
     temps = [float(t) for t in FLAGS.temperatures]
     bad = [m for m in FLAGS.modes if m not in ("ar", "dflash", "ddtree")]
@@ -191,7 +193,7 @@ def main(argv):
       raise UsageError("the model directory has no tokenizer")
     texts = load_prompt_texts(FLAGS.prompts, tok, FLAGS.num_prompts)
     prompts = [tok.encode(t) for t in texts]
-    engine = Engine(target, cfg, drafter, dcfg, mesh=mesh)
+    engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk)
   except (UsageError, ValueError) as e:
     print(f"ddtree-bench: error: {e}", file=sys.stderr)
     return 2

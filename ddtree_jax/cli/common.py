@@ -1,10 +1,17 @@
-"""Pieces shared by the absl CLIs: dtype names, model loading, the embedded default."""
+"""Pieces shared by the absl CLIs: dtype names, model loading, the embedded default, the flags that
+several CLIs take (defined here once)."""
 from __future__ import annotations
 
 import os
 from typing import Optional
 
 import jax.numpy as jnp
+from absl import flags
+
+from ddtree_jax.spec.prefill import DEFAULT_CHUNK
+
+flags.DEFINE_integer("prefill_chunk", DEFAULT_CHUNK, "prompt tokens per prefill forward; long prompts are "
+                     "prefilled in chunks of this many tokens (less activation memory), 0 = in one forward")
 
 DTYPES = {"bfloat16": jnp.bfloat16, "bf16": jnp.bfloat16, "float32": jnp.float32, "fp32": jnp.float32}
 
@@ -34,6 +41,13 @@ def parse_budget(text: str):
   if n < 1:
     raise UsageError(f"--budget={n}: must be >= 1")
   return n
+
+
+def parse_prefill_chunk(value: int) -> Optional[int]:
+  """--prefill_chunk: an integer >= 0 -> the Engine's prefill_chunk (None for 0: one forward)."""
+  if value < 0:
+    raise UsageError(f"--prefill_chunk={value}: must be >= 0 (0 = the whole prompt in one forward)")
+  return value or None
 
 
 def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, want_drafter: bool, mesh=None):

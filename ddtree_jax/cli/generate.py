@@ -12,6 +12,7 @@ import sys
 
 from absl import app, flags
 
+from ddtree_jax.cli import common  # noqa: F401  (--prefill_chunk)
 from ddtree_jax.cli import distributed  # noqa: F401  (--mesh and the jax.distributed flags)
 
 FLAGS = flags.FLAGS
@@ -70,11 +71,12 @@ def read_prompts(tokenizer):
 
 def main(argv):
   del argv
-  from ddtree_jax.cli.common import UsageError, load_models, parse_budget, parse_dtype
+  from ddtree_jax.cli.common import UsageError, load_models, parse_budget, parse_dtype, parse_prefill_chunk
   from ddtree_jax.engine import Engine
   from ddtree_jax.sampling import SamplingParams
   try:
     budget = parse_budget(FLAGS.budget)
+    prefill_chunk = parse_prefill_chunk(FLAGS.prefill_chunk)
     if FLAGS.max_new_tokens < 1:
       raise UsageError(f"--max_new_tokens={FLAGS.max_new_tokens}: must be >= 1")
     if FLAGS.trace_dir and FLAGS.mode == "ar":
@@ -89,7 +91,7 @@ def main(argv):
     target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
                                                          want_drafter=FLAGS.mode != "ar", mesh=mesh)
     prompts, texts = read_prompts(tok)
-    engine = Engine(target, cfg, drafter, dcfg, mesh=mesh)
+    engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk)
   except (UsageError, ValueError) as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2

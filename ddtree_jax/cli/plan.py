@@ -13,6 +13,7 @@ import sys
 
 from absl import app, flags
 
+from ddtree_jax.cli import common  # noqa: F401  (--prefill_chunk)
 from ddtree_jax.cli import distributed  # noqa: F401  (--mesh; the jax.distributed flags are accepted and unused)
 
 FLAGS = flags.FLAGS
@@ -22,7 +23,8 @@ flags.DEFINE_string("drafter", "auto", "drafter: 'auto' (the K2.5/K2.6 DFlash dr
 flags.DEFINE_string("context", "32K", "cache capacity per sequence in tokens (suffix K = 1024)")
 flags.DEFINE_integer("batch", 1, "sequences decoded together")
 flags.DEFINE_integer("budget", 32, "DDTree node budget per round (0 = AR)")
-flags.DEFINE_string("prompt_len", "4K", "prompt tokens prefilled in one forward (suffix K = 1024)")
+flags.DEFINE_string("prompt_len", "4K", "prompt tokens, prefilled in forwards of --prefill_chunk tokens "
+                    "(suffix K = 1024)")
 flags.DEFINE_float("device_memory_gb", None, "memory per device in GB (1e9 bytes), e.g. 141 (H200), 96 (RTX PRO 6000)")
 flags.DEFINE_float("reserve_gb", 2.0, "kept free per device for XLA workspace and the runtime")
 flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"], "parameter and cache dtype")
@@ -72,12 +74,14 @@ def main(argv):
     prompt = min(parse_tokens(FLAGS.prompt_len, "prompt_len"), context)
     if FLAGS.batch < 1 or FLAGS.budget < 0:
       raise ValueError("--batch must be >= 1 and --budget >= 0")
+    prefill_chunk = common.parse_prefill_chunk(FLAGS.prefill_chunk)
   except ValueError as e:
     print(f"ddtree-plan: error: {e}", file=sys.stderr)
     return 2
   kw = dict(dcfg=dcfg, dtype_bytes=2 if FLAGS.dtype == "bfloat16" else 4, attention=FLAGS.attention, moe=FLAGS.moe)
   dev = int(FLAGS.device_memory_gb * plan.GB) if FLAGS.device_memory_gb else None
   p = plan.make_plan(cfg, mesh, context=context, batch=FLAGS.batch, budget=FLAGS.budget, prompt_len=prompt,
+                     prefill_chunk=prefill_chunk,
                      device_bytes=dev, reserve=int(FLAGS.reserve_gb * plan.GB), **kw)
   label = FLAGS.config + (f" + drafter ({dcfg.num_hidden_layers} layers)" if dcfg is not None else "")
   print(f"ddtree-plan: {label}")

@@ -36,6 +36,8 @@ class ForwardOutput:
   logits: jax.Array          # [B, T, V] fp32
   cache: LatentCache          # block latents written at [lengths, lengths + T); lengths unchanged
   features: jax.Array | None  # [B, T, len(feature_layers) * D]: hidden states after those layers
+  hidden: jax.Array | None = None  # [B, T, D]: the last layer's output before the final norm (unused
+                                   # logits rows are then dead code: the prefill reads one row per sequence)
 
 
 class DeepseekV3(nnx.Module):
@@ -83,4 +85,4 @@ class DeepseekV3(nnx.Module):
     by_layer = dict(zip(sorted(wanted), feats))
     features = jnp.concatenate([by_layer[i] for i in feature_layers], axis=-1) if feature_layers else None
     new_cache = LatentCache(ckv=tuple(ckv), kpe=tuple(kpe), lengths=cache.lengths)
-    return ForwardOutput(logits=self.logits(x), cache=new_cache, features=features)
+    return ForwardOutput(logits=self.logits(x), cache=new_cache, features=features, hidden=x)

@@ -31,33 +31,10 @@ class RoundSpec:
   auto_budgets: tuple[int, ...] = ()   # --budget=auto: candidates whose expected tokens the round tracks
 
   def prefill_spec(self) -> "RoundSpec":
-    """What the prefill depends on (so that modes and budgets share one compiled prefill)."""
+    """What the prefill (spec/prefill.py) depends on (so that modes and budgets share its programs)."""
     if self.mode == "ar":
       return RoundSpec(mode="ar", sampling=self.sampling)
     return RoundSpec(mode="ddtree", feature_layers=self.feature_layers, sampling=self.sampling)
-
-
-def prefill(target, drafter, state: GenerationState, tokens, prompt_len, spec: RoundSpec) -> GenerationState:
-  """tokens: [B, P] right-padded prompts; prompt_len: [B]. Fills both caches and emits the first token."""
-  b, p = tokens.shape
-  positions = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
-  j = jnp.arange(p)
-  causal = (j[None, :] <= j[:, None])[None] & (j[None, None, :] < prompt_len[:, None, None])
-  mask = causal | jnp.eye(p, dtype=bool)[None]
-  cache = dataclasses.replace(state.cache, lengths=jnp.zeros((b,), jnp.int32))
-  out = target(tokens, positions, cache, mask, feature_layers=spec.feature_layers, absorbed=False)
-  last = jnp.take_along_axis(out.logits, (prompt_len - 1)[:, None, None], axis=1)[:, 0]   # [B, V]
-  key, sub = jax.random.split(state.key)
-  first = choose_tokens(last, sub, spec.sampling, getattr(target, "mesh", None))
-  dcache = state.drafter_cache
-  if drafter is not None:
-    dcache = drafter.append_context(out.features, positions, prompt_len, dcache)
-  state = dataclasses.replace(state, cache=dataclasses.replace(out.cache, lengths=prompt_len.astype(jnp.int32)),
-                              drafter_cache=dcache, bonus=first, key=key)
-  state, _ = emit_tokens(state, first[:, None], jnp.ones((b,), jnp.int32))
-  # The prefill is not a speculative round: undo its round count.
-  return dataclasses.replace(state, rounds=jnp.zeros_like(state.rounds),
-                             per_round=jnp.zeros_like(state.per_round))
 
 
 def ar_round(target, state: GenerationState, spec: RoundSpec) -> GenerationState:
@@ -88,8 +65,9 @@ def draft_distributions(target, drafter, state: GenerationState, spec: RoundSpec
   from ddtree_jax import vocab_parallel
   if vocab_parallel.applies(getattr(target, "mesh", None), logits.shape[-1]):   # from vocabulary shards
     return vocab_parallel.top_k_logprobs(logits, spec.topk, target.mesh)
+  from ddtree_jax import sharding     # top_k per data group (XLA would gather the [B, L, V] logits over "data")
   logp = jax.nn.log_softmax(logits, axis=-1)
-  return jax.lax.top_k(logp, spec.topk)
+  return sharding.per_data_group(lambda lp: jax.lax.top_k(lp, spec.topk), getattr(target, "mesh", None), logp)
 
 
 def speculative_round(target, drafter, state: GenerationState, spec: RoundSpec) -> GenerationState:

@@ -1,7 +1,7 @@
 """Collectives of one compiled round of Kimi K2.6 on 8 devices, from the HLO (abstract shapes, no weights).
 
   python benchmarks/collectives.py                    # 8 virtual CPU devices, mesh 1x8, ar + ddtree (budget 32)
-  python benchmarks/collectives.py --mesh=2x4 --batch=2 --modes=ar
+  python benchmarks/collectives.py --mesh=2x4 --batch=2 --modes=ddtree
 
 The round is lowered with ShapeDtypeStructs carrying the shardings of ddtree_jax/sharding.py and
 compiled (SPMD partitioning happens at compile time); the collectives are counted in the compiled HLO,
@@ -18,6 +18,11 @@ Expected count at T = 0, batch 1, mesh 1xM (derivation; L = 61 target layers, Ld
   drafter         = 1 (embedding of the block) + 2*Ld (o_proj and MLP down_proj all-reduces) = 13
   top-K log-probs = 2 all-reduces (pmax, psum of the normaliser) + 2 all-gathers (K values, K ids per shard)
   ddtree round    = 13 + 4 + 123 + 2 = 142
+A "data" axis adds none: each data group runs its own requests (the batch split over "data", the
+MoE router and top-K per data group, sharding.per_data_group), so on DxM every data group runs the ops
+of 1xM among its own M devices (replica groups over "model" only): the same count; on Dx1 nothing is split
+over "model" and a round has no collectives at all (expected 0). "over data" counts the ops whose
+replica groups span the data axis: 0 expected.
 Bytes (bf16 activations, fp32 MoE psum): attention / dense all-reduce 2*T*7168 B, MoE psum 4*T*7168 B.
 """
 from __future__ import annotations
@@ -60,23 +65,47 @@ def _shape_bytes(text: str) -> int:
   return total
 
 
-def count_collectives(hlo: str) -> dict:
-  """{op: (count, bytes, [shapes])} over the instructions of the compiled HLO (async *-start counted once)."""
-  out = {}
+def _collective_lines(hlo: str):
+  """(op, result shape, instruction line) per collective of the compiled HLO (async *-start counted once)."""
   for line in hlo.splitlines():
     m = re.match(r"\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.+?)\s+([a-z\-]+)\(", line)
     if not m:
       continue
     shape, op = m.group(1), m.group(2)
     base = op[:-len("-start")] if op.endswith("-start") else op
-    if base not in COLLECTIVES or op.endswith("-done"):
-      continue
+    if base in COLLECTIVES and not op.endswith("-done"):
+      yield base, shape, line
+
+
+def count_collectives(hlo: str) -> dict:
+  """{op: (count, bytes, [shapes])} over the instructions of the compiled HLO (async *-start counted once)."""
+  out = {}
+  for base, shape, _ in _collective_lines(hlo):
     c, b, shapes = out.get(base, (0, 0, []))
     out[base] = (c + 1, b + _shape_bytes(shape), shapes + [shape])
   return out
 
 
-def expected(cfg, dcfg, mode: str) -> int:
+def count_over_data(hlo: str, model: int) -> int:
+  """Collectives whose replica groups span the "data" axis: mesh-style groups (`mesh[...] {'data'}`), or
+  explicit device-id groups holding ids of different data rows (id // model differs; model-fastest layout)."""
+  n = 0
+  for _, _, line in _collective_lines(hlo):
+    m = re.search(r"replica_groups=mesh\[[^\]]*\]\s*\{([^}]*)\}", line)
+    if m:
+      n += "'data'" in m.group(1)
+      continue
+    m = re.search(r"replica_groups=(\{\{[\d,{}]*\}\})", line)
+    if m:
+      groups = [[int(i) for i in g.split(",") if i] for g in re.findall(r"\{([\d,]+)\}", m.group(1))]
+      n += any(len({i // model for i in g}) > 1 for g in groups)
+  return n
+
+
+def expected(cfg, dcfg, mode: str, model: int = 8) -> int:
+  """The collectives of one round on a DATAxMODEL mesh (the docstring's derivation; `model` = MODEL)."""
+  if model == 1:
+    return 0
   n_layers = cfg.num_hidden_layers
   target = 2 * n_layers + 1
   if mode == "ar":
@@ -150,7 +179,9 @@ def main(argv):
     nbytes = sum(b for _, b, _ in counts.values())
     label = mode + (f" (budget {FLAGS.budget}, T={FLAGS.budget + 1})" if mode == "ddtree" else " (T=1)")
     print(f"\n{label}: compiled in {time.time() - t0:.0f} s")
-    print(f"  collectives per round: {total} (expected {expected(cfg, dcfg, mode)}), {nbytes:,} bytes of results")
+    model = mesh.shape["model"]
+    print(f"  collectives per round: {total} (expected {expected(cfg, dcfg, mode, model)}), "
+          f"{count_over_data(hlo, model)} over data (expected 0), {nbytes:,} bytes of results")
     for op, (c, b, shapes) in sorted(counts.items()):
       hist: dict = {}
       for s in shapes:

@@ -58,4 +58,6 @@ def choose_tokens(logits, key, params: SamplingParams, mesh=None):
       return vocab_parallel.choose_tokens(logits, key, params, mesh)
   if params.greedy:
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-  return jax.random.categorical(key, filtered_logits(logits, params), axis=-1).astype(jnp.int32)
+  from ddtree_jax import sharding   # the filter per data group: XLA would gather the logits for lax.top_k
+  x = sharding.per_data_group(lambda l: filtered_logits(l, params), mesh, logits)
+  return jax.random.categorical(key, x, axis=-1).astype(jnp.int32)

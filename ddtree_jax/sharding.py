@@ -9,7 +9,9 @@ Mesh axes: ("data", "model"). "data" splits the batch (requests); "model" splits
   all-reduce combines them together with the shared expert's partial sum);
 - the dense MLP and the shared expert split on the intermediate dimension;
 - the embedding and the lm_head split on the vocabulary (decisions from vocab shards: vocab_parallel.py);
-- the drafter: attention heads (q by head, k/v by KV head, o rows), MLP intermediate; its KV cache by KV head.
+- the drafter: attention heads (q by head, k/v by KV head, o rows), MLP intermediate; its KV cache by KV head;
+- a block's tokens [B*T, ...] split over "data" like the batch (`token_axis`); ops that XLA's partitioner
+  does not split by rows (lax.top_k: the MoE router, the drafter's top-K) run per data group (`per_data_group`).
 A tensor whose split dimension does not divide (on head / expert / vocabulary boundaries) is replicated.
 
 Rules are regexes over parameter paths ("layers.3.self_attn.q_b_proj.kernel"), maxtext-style: the first
@@ -224,6 +226,26 @@ def constrain_batch(x, mesh: Optional[Mesh]):
   if mesh is None or mesh.size == 1:
     return x
   return constrain(x, mesh, batch_axis(mesh, x.shape[0]), *([None] * (x.ndim - 1)))
+
+
+def token_axis(mesh: Optional[Mesh], n_tokens: int) -> Optional[str]:
+  """The mesh axis that splits a block's flattened tokens [N = B*T, ...] (batch-major rows): "data" when
+  N divides by it, else None (replicated). Tokens are always replicated over "model"."""
+  return batch_axis(mesh, n_tokens)
+
+
+def per_data_group(fn: Callable, mesh: Optional[Mesh], *tokens):
+  """fn(*tokens), each data group on its own tokens: every tokens[i] [N, ...] split over "data" by
+  `token_axis` (replicated over "model"); fn's outputs [N, ...] split the same way. fn may read
+  replicated parameters (closed over). Without a data split: plain fn(*tokens).
+
+  For ops that XLA's SPMD partitioner does not split by rows: it replicates lax.top_k over a
+  row-split operand, i.e. the noaux_tc router would all-gather its [N, E] scores over "data" in every
+  MoE layer and route all data groups' tokens on every device."""
+  axis = token_axis(mesh, tokens[0].shape[0]) if data_size(mesh) > 1 else None
+  if axis is None:
+    return fn(*tokens)
+  return jax.shard_map(fn, mesh=mesh, in_specs=P(axis), out_specs=P(axis), check_vma=False)(*tokens)
 
 
 # ---- generation state --------------------------------------------------------------------------

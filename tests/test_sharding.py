@@ -2,6 +2,7 @@
 T=0 in ar / dflash / ddtree, logits close; partition rules on the K2.6 shapes (no devices needed)."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -105,6 +106,12 @@ def test_logits_close(eight_devices):
     assert err < 1e-4, f"{name}: max relative logits error {err}"
 
 
+def test_no_collectives_over_data(eight_devices):
+  """2x4, batch split over "data": no collective spans the data axis (XLA would all-gather the router's
+  scores over it in every MoE layer without sharding.per_data_group)."""
+  assert eight_devices["over_data"] == {"2x4": 0}, eight_devices["over_data"]
+
+
 def test_parameters_are_sharded(eight_devices):
   for name, shards in eight_devices["shard_shapes"].items():
     for path, (full, local) in shards.items():
@@ -119,6 +126,7 @@ def _main(full: bool):
   import jax.numpy as jnp
   import numpy as np
   from flax import nnx
+  from jax.sharding import NamedSharding, PartitionSpec as P
 
   from configs.tiny import tiny_shardable, tiny_shardable_drafter
   from ddtree_jax import sharding
@@ -185,6 +193,7 @@ def _main(full: bool):
     return nnx.merge(gd, st)(ids, pos, cache, mask).logits
   gd, st = nnx.split(t1)
   ref = np.asarray(fwd(gd, st, cache))
+  over_data = {}
   for m in ("2x4", "1x8"):
     mesh = sharding.make_mesh(m)
     tm, _ = models()
@@ -193,7 +202,13 @@ def _main(full: bool):
     st = sharding.shard_module_state(st, sharding.target_rule(mesh, cfg))
     got = np.asarray(fwd(gd, st, cache))
     err[m] = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
-  print("RESULT " + json.dumps({"one_device": one, "cases": out, "logits_err": err, "shard_shapes": shard_shapes}))
+    if m == "2x4":   # the batch split over "data": each data group runs (and routes) its own tokens
+      split = lambda a: jax.device_put(a, NamedSharding(mesh, P("data")))
+      hlo = jax.jit(lambda gd, st, ids, c: nnx.merge(gd, st)(ids, pos, c, mask).logits).lower(
+          gd, st, split(ids), jax.tree_util.tree_map(split, cache)).compile().as_text()
+      over_data[m] = len(re.findall(r"replica_groups=mesh\[[^\]]*\]\s*\{[^}]*'data'", hlo))
+  print("RESULT " + json.dumps({"one_device": one, "cases": out, "logits_err": err, "shard_shapes": shard_shapes,
+                                "over_data": over_data}))
   print(f"total {time.time() - t0:.1f}s", flush=True)
 
 

@@ -1,7 +1,8 @@
 """The MoE block of DeepSeek-V3: noaux_tc router, routed experts (INT4 or dense) and shared experts.
 
 On a mesh (`sharding.with_mesh` sets `mesh`) the routed experts run expert-parallel inside `shard_map`:
-tokens are replicated over the "model" axis, each device runs its E/n local experts
+tokens are replicated over the "model" axis (split over "data" like the batch: each data group routes and
+runs only its own tokens, see sharding.per_data_group), each device runs its E/n local experts
 (expert_offset = axis_index * E_local; pairs routed elsewhere contribute zero) plus its slice of the
 shared expert's intermediate dimension, and one all-reduce (psum) combines both.
 """
@@ -31,11 +32,11 @@ class MoE(nnx.Module):
     """x: [B, T, D] -> [B, T, D]."""
     b, t, d = x.shape
     flat = x.reshape(b * t, d)
-    ids, weights = self.gate(flat)
     from ddtree_jax import sharding
+    ids, weights = sharding.per_data_group(self.gate, self.mesh, flat)   # each data group routes its tokens
     if sharding.splits(self.mesh, self.n_experts):
       return self._expert_parallel(flat, ids, weights).reshape(b, t, d)
-    y = self.experts(flat, ids, weights)
+    y = sharding.per_data_group(self.experts, self.mesh, flat, ids, weights)   # experts replicated here
     if self.shared_experts is not None:
       y = y + self.shared_experts(flat)
     return y.reshape(b, t, d)
@@ -45,7 +46,7 @@ class MoE(nnx.Module):
     from ddtree_jax import sharding
     mesh, model = self.mesh, sharding.MODEL
     e_local = self.n_experts // sharding.model_size(mesh)
-    row = sharding.batch_axis(mesh, flat.shape[0]) if sharding.data_size(mesh) > 1 else None
+    row = sharding.token_axis(mesh, flat.shape[0]) if sharding.data_size(mesh) > 1 else None
     experts = self.experts.arrays()
     expert_specs = tuple(P(model, *([None] * (a.ndim - 1))) for a in experts)
     se = self.shared_experts

@@ -29,7 +29,8 @@ import numpy as np
 
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas, default_num_splits
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
-from custom_calls.moe_int4.pallas_splitk import routed_experts_int4_splitk
+from custom_calls.moe_int4.pallas_splitk import default_splitk_blocks, routed_experts_int4_splitk, splitk_from_routes
+from custom_calls.moe_int4.pallas_triton import route
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
 from custom_calls.moe_int4.layout import dequantize_int4
@@ -154,11 +155,10 @@ def bench_mla(copy_bw, mm, smoke, budget_s):
     shapes = [(1, 1, 8, 256), (1, 5, 8, 256), (2, 3, 4, 128)]
     sweep = {(1, 1, 8, 256): [dict(block_k=32, num_splits=4)]}
   else:
-    shapes = [(1, 1, 8, 131072), (1, 1, 64, 131072), (1, 257, 64, 32768), (1, 64, 8, 32768),
-              (1, 1, 8, 32768), (1, 257, 8, 32768), (1, 64, 64, 32768), (1, 1, 8, 8192), (8, 1, 8, 32768),
-              (8, 16, 8, 8192), (1, 1, 64, 32768), (1, 64, 8, 8192), (1, 257, 8, 8192), (1, 64, 8, 131072),
-              (1, 16, 64, 1024), (8, 16, 64, 4096), (1, 257, 8, 131072), (1, 64, 64, 131072),
-              (1, 257, 64, 131072)]
+    # the issue's grid, most important first (the budget cuts the tail): decode (memory-bound), then trees
+    shapes = [(1, 1, 8, 131072), (1, 1, 64, 131072), (1, 1, 8, 32768), (1, 1, 64, 32768), (8, 1, 8, 32768),
+              (1, 1, 8, 8192), (1, 257, 8, 32768), (1, 257, 64, 32768), (1, 64, 8, 32768), (1, 16, 64, 1024),
+              (8, 16, 64, 4096), (1, 64, 64, 131072), (1, 257, 8, 131072), (1, 257, 64, 131072)]
     dec = lambda ns, **kw: [dict(num_splits=ns, **kw) for ns in ns]
     sweep = {
         (1, 1, 8, 131072): dec((264, 528, 1056)) + dec((528, 1056), num_stages=3) + dec((528,), block_k=32)
@@ -366,6 +366,35 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False):
     flush()
 
 
+def bench_moe_parts(smoke):
+  """Where the time of the split-K path goes at few tokens: routing (XLA) alone vs the kernels alone."""
+  e, d, inter = (6, 256, 128) if smoke else (48, 7168, 2048)
+  experts = moe_inputs(0, 1, e, d, inter)[3:]
+  for m in ([1, 8] if smoke else [1, 4, 8, 64]):
+    row = {"M": m}
+    try:
+      subs = [moe_inputs(m + 100 * i, m, e, d, inter) for i in range(1 if smoke or m >= 64 else 4)]
+      def route_sum(ids):
+        return sum(jnp.sum(o.astype(jnp.float32)) for o in route(ids, e, 0, 16))
+      row["route_s"] = timeit(route_sum, [(s_[1],) for s_ in subs])
+      bn, bk, su, sd, nw, ns = default_splitk_blocks(m)
+      if smoke:
+        bk = 128
+      kern = functools.partial(splitk_from_routes, group_size=32, block_n=bn, block_k=bk, splits_up=su,
+                               splits_down=sd, num_warps=nw, num_stages=ns, interpret=smoke)
+      sets = [(s_[0], route(s_[1], e, 0, 16), s_[2]) + experts for s_ in subs]
+      row["kernels_s"] = timeit(lambda x, r, w, *ex: kern(x, r, w, *ex), sets)
+      row["total_s"] = timeit(functools.partial(routed_experts_int4_splitk, expert_offset=0, block_k=bk, interpret=smoke),
+                              [s_[:3] + experts for s_ in subs])
+      log(f"moe parts M={m}: route {row['route_s'] * 1e3:.3f} ms, split-K kernels {row['kernels_s'] * 1e3:.3f} ms, "
+          f"total {row['total_s'] * 1e3:.3f} ms")
+    except Exception as e_:  # noqa: BLE001
+      row["error"] = repr(e_)[:400]
+      log(f"moe parts M={m} failed: {e_!r}"[:500])
+    RESULTS.setdefault("moe_parts", []).append(row)
+    flush()
+
+
 # ------------------------------------------------------------------------------------------------- output
 OUT = os.environ.get("OUT", "/tmp")
 
@@ -406,13 +435,15 @@ def table():
 def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--smoke", action="store_true", help="tiny shapes, Pallas interpreter (CPU dry run)")
-  ap.add_argument("--only", choices=["mla", "moe", "all"], default="all")
+  ap.add_argument("--only", choices=["mla", "moe", "moe_parts", "all"], default="all")
   ap.add_argument("--moe-planar-only", action="store_true", help="MoE: only the planar-dequant configs, no baselines")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")
   a = ap.parse_args()
   log(f"jax {jax.__version__}, backend {jax.default_backend()}, devices {jax.devices()}")
   copy_bw, mm = roofline(a.smoke)
   flush()
+  if a.only in ("moe_parts", "all"):
+    bench_moe_parts(a.smoke)
   if a.only in ("moe", "all"):
     bench_moe(copy_bw, mm, a.smoke, a.budget if a.only == "moe" else a.budget * 0.42, a.moe_planar_only)
   if a.only in ("mla", "all"):

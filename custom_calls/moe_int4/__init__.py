@@ -12,7 +12,7 @@ from custom_calls.moe_int4.repack import Int4Experts, repack
 _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 # Up to this many tokens the split-K kernels (pallas_splitk.py: few rows per expert, memory-bound) run;
 # above it the grouped kernels (pallas_triton.py). Chosen from the H200 measurements in benchmarks/RESULTS.md.
-SPLITK_MAX_TOKENS = 64
+SPLITK_MAX_TOKENS = 4       # H200: 1 token 0.109 vs 0.234 ms; 8 tokens 0.360 vs 0.297 ms
 
 
 def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,

@@ -138,9 +138,10 @@ def _down_kernel(bvalid_ref, bexp_ref, tok_ref, rw_ref, h_ref, dw_ref, ds_ref, o
 
 def default_splitk_blocks(num_tokens):
   """(block_n, block_k, gate/up K splits, down K splits, num_warps, num_stages) for the K2.6 shard
-  (D 7168 = 28 chunks of 256, I 2048 = 8 chunks): enough programs for several waves at batch 1."""
+  (D 7168 = 28 chunks of 256, I 2048 = 8 chunks): enough programs for several waves at batch 1
+  (H200, benchmarks/RESULTS.md: at 1 token 28/8 splits 0.109 ms, 14/8 0.130 ms, 7/4 0.137 ms)."""
   if num_tokens <= 4:
-    return 64, 256, 14, 8, 4, 2
+    return 64, 256, 28, 8, 4, 2
   if num_tokens <= 32:
     return 64, 256, 7, 4, 4, 2
   return 64, 256, 4, 2, 4, 2
@@ -188,12 +189,25 @@ def routed_experts_int4_splitk(x, expert_ids, expert_weights, gate_packed, gate_
   if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
     raise ValueError(f"routed_experts_int4_splitk: scales {gate_scale.shape}, {down_scale.shape} do not match "
                      f"group_size {group_size}")
-  su = _largest_divisor_at_most(d // block_k, splits_up or dsu)
-  sd = _largest_divisor_at_most(inter // block_k, splits_down or dsd)
+  routes = route(expert_ids, e, expert_offset, 16)
+  return splitk_from_routes(x, routes, expert_weights, gate_packed, gate_scale, up_packed, up_scale, down_packed,
+                            down_scale, group_size=group_size, block_n=block_n, block_k=block_k,
+                            splits_up=splits_up or dsu, splits_down=splits_down or dsd, num_warps=num_warps,
+                            num_stages=num_stages, interpret=interpret)
+
+
+def splitk_from_routes(x, routes, expert_weights, gate_packed, gate_scale, up_packed, up_scale, down_packed,
+                       down_scale, *, group_size, block_n, block_k, splits_up, splits_down, num_warps, num_stages,
+                       interpret):
+  """The kernels after routing. routes: pallas_triton.route(expert_ids, E, expert_offset, 16)."""
+  n, d = x.shape
+  e, inter, _ = gate_packed.shape
+  su = _largest_divisor_at_most(d // block_k, splits_up)
+  sd = _largest_divisor_at_most(inter // block_k, splits_down)
   precision = lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
   block_m = 16
 
-  row_token, pos, is_local, block_valid, block_expert = route(expert_ids, e, expert_offset, block_m)
+  row_token, pos, is_local, block_valid, block_expert = routes
   p_pad = row_token.shape[0]
   nb = p_pad // block_m
   # routing weight of each sorted row (0 on padding rows, whose token id is n)

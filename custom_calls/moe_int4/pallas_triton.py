@@ -153,11 +153,16 @@ def route(expert_ids, num_local, expert_offset, block_m):
   local = expert_ids.astype(jnp.int32) - expert_offset
   is_local = (local >= 0) & (local < num_local)
   key = jnp.where(is_local, local, num_local).reshape(-1)                    # [P]; num_local = elsewhere
-  counts = jnp.bincount(key, length=num_local + 1)[:num_local].astype(jnp.int32)
+  # Counts, prefix sums and the block -> expert lookup as comparisons (one fusion each) rather than
+  # bincount / cumsum / searchsorted, which XLA runs as several small kernels (a loop for searchsorted):
+  # at a few tokens the routing's launches, not its work, are its cost.
+  experts = jnp.arange(num_local, dtype=jnp.int32)
+  counts = jnp.sum((key[:, None] == experts[None, :]).astype(jnp.int32), axis=0)            # [E]
   padded = pl.cdiv(counts, block_m) * block_m
-  pend = jnp.cumsum(padded)
+  upto = (experts[None, :] <= experts[:, None]).astype(jnp.int32)                            # [E, E] e' <= e
+  pend = jnp.sum(upto * padded[None, :], axis=1)                                             # inclusive sums
   pstart = pend - padded
-  start = jnp.cumsum(counts) - counts
+  start = jnp.sum(upto * counts[None, :], axis=1) - counts
   order = jnp.argsort(key, stable=True)
   skey = key[order]
   ske = jnp.minimum(skey, num_local - 1)
@@ -167,7 +172,9 @@ def route(expert_ids, num_local, expert_offset, block_m):
   nb = p_pad // block_m
   bstart = jnp.arange(nb, dtype=jnp.int32) * block_m
   block_valid = (bstart < pend[-1]).astype(jnp.int32)
-  block_expert = jnp.minimum(jnp.searchsorted(pend, bstart, side="right"), num_local - 1).astype(jnp.int32)
+  # expert of a block = number of experts whose padded range ends at or before the block's start
+  block_expert = jnp.minimum(jnp.sum((pend[None, :] <= bstart[:, None]).astype(jnp.int32), axis=1),
+                             num_local - 1).astype(jnp.int32)
   return row_token, pos, is_local, block_valid, block_expert
 
 

@@ -66,7 +66,7 @@ def run_bench(engine, prompts: Sequence[Sequence[int]], *, modes=("ar", "dflash"
       engine.generate([prompts[0]], mode=mode, budget=max(budget, 1), sampling=sp, max_new_tokens=max_new_tokens,
                       seed=seed)
       compile_s = time.perf_counter() - t0
-      tokens, rounds, emitted, wall, outs, hist, per_tps = 0, 0, 0, 0.0, [], {}, []
+      tokens, rounds, emitted, wall, gen_s, outs, hist, per_tps = 0, 0, 0, 0.0, 0.0, [], {}, []
       for i, p in enumerate(prompts):
         if deadline is not None and time.perf_counter() > deadline and i >= 2:
           break
@@ -78,12 +78,16 @@ def run_bench(engine, prompts: Sequence[Sequence[int]], *, modes=("ar", "dflash"
         rounds += r.rounds
         emitted += sum(r.accepted_per_round)
         per_tps.append(r.tokens_per_s)
+        gen_s += len(r.token_ids) / r.tokens_per_s if r.tokens_per_s else 0.0   # prefill + rounds, no compiling
         outs.append(r.token_ids)
         for a in r.accepted_per_round:
           hist[a] = hist.get(a, 0) + 1
       rec = {"mode": mode, "budget": budget if mode == "ddtree" else None, "temperature": float(temp),
              "prompts": len(outs), "generated_tokens": tokens, "rounds": rounds,
-             "tau": emitted / rounds if rounds else 0.0, "tokens_per_s": tokens / wall if wall else 0.0,
+             # tokens_per_s: over the generation time of the requests (prefill + rounds), without the
+             # compilation that a prompt of a new shape bucket triggers; tokens_per_s_wall includes it
+             "tau": emitted / rounds if rounds else 0.0, "tokens_per_s": tokens / gen_s if gen_s else 0.0,
+             "tokens_per_s_wall": tokens / wall if wall else 0.0,
              "median_request_tokens_per_s": sorted(per_tps)[len(per_tps) // 2] if per_tps else 0.0,
              "wall_s": wall, "warmup_s": compile_s,
              "accepted_histogram": {str(k): v for k, v in sorted(hist.items())}}

@@ -29,7 +29,8 @@ import numpy as np
 
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas, default_num_splits
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
-from custom_calls.moe_int4.pallas_splitk import default_splitk_blocks, routed_experts_int4_splitk, splitk_from_routes
+from custom_calls.moe_int4.pallas_splitk import (BLOCK_M, default_splitk_blocks, routed_experts_int4_splitk,
+                                                 splitk_from_routes)
 from custom_calls.moe_int4.pallas_triton import route
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
@@ -375,14 +376,14 @@ def bench_moe_parts(smoke):
     try:
       subs = [moe_inputs(m + 100 * i, m, e, d, inter) for i in range(1 if smoke or m >= 64 else 4)]
       def route_sum(ids):
-        return sum(jnp.sum(o.astype(jnp.float32)) for o in route(ids, e, 0, 16))
+        return sum(jnp.sum(o.astype(jnp.float32)) for o in route(ids, e, 0, BLOCK_M))
       row["route_s"] = timeit(route_sum, [(s_[1],) for s_ in subs])
       bn, bk, su, sd, nw, ns = default_splitk_blocks(m)
       if smoke:
         bk = 128
       kern = functools.partial(splitk_from_routes, group_size=32, block_n=bn, block_k=bk, splits_up=su,
                                splits_down=sd, num_warps=nw, num_stages=ns, interpret=smoke)
-      sets = [(s_[0], route(s_[1], e, 0, 16), s_[2]) + experts for s_ in subs]
+      sets = [(s_[0], route(s_[1], e, 0, BLOCK_M), s_[2]) + experts for s_ in subs]
       row["kernels_s"] = timeit(lambda x, r, w, *ex: kern(x, r, w, *ex), sets)
       row["total_s"] = timeit(functools.partial(routed_experts_int4_splitk, expert_offset=0, block_k=bk, interpret=smoke),
                               [s_[:3] + experts for s_ in subs])

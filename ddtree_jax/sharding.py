@@ -11,7 +11,9 @@ Mesh axes: ("data", "model"). "data" splits the batch (requests); "model" splits
 - the embedding and the lm_head split on the vocabulary (decisions from vocab shards: vocab_parallel.py);
 - the drafter: attention heads (q by head, k/v by KV head, o rows), MLP intermediate; its KV cache by KV head;
 - a block's tokens [B*T, ...] split over "data" like the batch (`token_axis`); ops that XLA's partitioner
-  does not split by rows (lax.top_k: the MoE router, the drafter's top-K) run per data group (`per_data_group`).
+  does not split by rows (lax.top_k: the MoE router, the drafter's top-K) run per data group (`per_data_group`);
+- training (the trainers, data parallel): the batch over "data", parameters and Adam's moments by these
+  rules (`train_state_shardings`).
 A tensor whose split dimension does not divide (on head / expert / vocabulary boundaries) is replicated.
 
 Rules are regexes over parameter paths ("layers.3.self_attn.q_b_proj.kernel"), maxtext-style: the first
@@ -268,3 +270,36 @@ def state_shardings(state, mesh: Mesh, drafter_cfg=None):
       rest[1] = MODEL
     return NamedSharding(mesh, P(bax, *rest))
   return jax.tree_util.tree_map_with_path(one, state)
+
+
+# ---- training state (the trainers: data parallel) ----------------------------------------------
+
+def train_state_shardings(state, mesh: Mesh, rule: Callable) -> Any:
+  """Shardings of a training state {"params": {path: array}, "opt": optax state}: every parameter by the
+  path rule (target_rule / drafter_rule; on a DATAx1 mesh all replicated: plain data parallel); an
+  optimizer leaf under a parameter's path with that parameter's shape (Adam's mu and nu) like the
+  parameter; the rest (Adam's step count) replicated."""
+  params = state["params"]
+
+  def one(path, leaf):
+    key = getattr(path[-1], "key", None) if path else None
+    shape = tuple(getattr(leaf, "shape", ()))
+    if isinstance(key, str) and key in params and tuple(params[key].shape) == shape:
+      return rule(key, shape)
+    return NamedSharding(mesh, P())
+  return jax.tree_util.tree_map_with_path(one, state)
+
+
+def batch_sharding(mesh: Mesh, shape: Sequence[int]) -> NamedSharding:
+  """A host batch [B, ...] of a training or evaluation step: B split over "data" when it divides (the
+  trainers require it of the training batch), else replicated; replicated over "model"."""
+  return NamedSharding(mesh, P(batch_axis(mesh, shape[0]), *([None] * (len(shape) - 1))))
+
+
+def host_value(x) -> np.ndarray:
+  """The full value of an array on this host (the inverse of `put_global`). A collective when `x` is
+  split over devices of several processes: every process must call it, in the same order."""
+  if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
+    return np.asarray(x)
+  from jax.experimental import multihost_utils
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))

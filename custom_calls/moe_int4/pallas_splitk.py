@@ -37,6 +37,7 @@ from jax.experimental.pallas import triton as plgpu
 from custom_calls.moe_int4.pallas_triton import route
 
 _MAGIC = 0x4B000000          # float32 bits of 2**23
+BLOCK_M = 16                 # rows per row block: the smallest tensor-core tile (routes are padded to it)
 
 
 def _nibble_planes(words):
@@ -174,7 +175,6 @@ def routed_experts_int4_splitk(x, expert_ids, expert_weights, gate_packed, gate_
   divisors of the chunk counts). Returns [N, D] in x.dtype.
   """
   n, d = x.shape
-  k = expert_ids.shape[1]
   e, inter, _ = gate_packed.shape
   dbn, dbk, dsu, dsd, dnw, dns = default_splitk_blocks(n)
   block_n, block_k = block_n or dbn, block_k or dbk
@@ -189,7 +189,7 @@ def routed_experts_int4_splitk(x, expert_ids, expert_weights, gate_packed, gate_
   if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
     raise ValueError(f"routed_experts_int4_splitk: scales {gate_scale.shape}, {down_scale.shape} do not match "
                      f"group_size {group_size}")
-  routes = route(expert_ids, e, expert_offset, 16)
+  routes = route(expert_ids, e, expert_offset, BLOCK_M)
   return splitk_from_routes(x, routes, expert_weights, gate_packed, gate_scale, up_packed, up_scale, down_packed,
                             down_scale, group_size=group_size, block_n=block_n, block_k=block_k,
                             splits_up=splits_up or dsu, splits_down=splits_down or dsd, num_warps=num_warps,
@@ -199,14 +199,13 @@ def routed_experts_int4_splitk(x, expert_ids, expert_weights, gate_packed, gate_
 def splitk_from_routes(x, routes, expert_weights, gate_packed, gate_scale, up_packed, up_scale, down_packed,
                        down_scale, *, group_size, block_n, block_k, splits_up, splits_down, num_warps, num_stages,
                        interpret):
-  """The kernels after routing. routes: pallas_triton.route(expert_ids, E, expert_offset, 16)."""
+  """The kernels after routing. routes: pallas_triton.route(expert_ids, E, expert_offset, BLOCK_M)."""
   n, d = x.shape
   e, inter, _ = gate_packed.shape
   su = _largest_divisor_at_most(d // block_k, splits_up)
   sd = _largest_divisor_at_most(inter // block_k, splits_down)
   precision = lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
-  block_m = 16
-
+  block_m = BLOCK_M
   row_token, pos, is_local, block_valid, block_expert = routes
   p_pad = row_token.shape[0]
   nb = p_pad // block_m

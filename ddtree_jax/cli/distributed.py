@@ -1,18 +1,20 @@
 """Flags and start-up shared by every CLI: the device mesh and `jax.distributed` (several hosts).
 
-  --mesh=DATAxMODEL            default: 1 x all visible devices (all processes)
+  --mesh=DATAxMODEL            default: 1 x all visible devices (all processes); the trainers: all x 1
   --coordinator_address=H:P    with --num_processes and --process_id: one process per host, same program
 
 Call `initialize()` first thing in `main` (before any JAX computation), then `mesh_from_flags()`.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 from absl import flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("mesh", None, "device mesh DATAxMODEL, e.g. 1x8, 2x4, 8x1 (default: 1 x all visible devices)")
+T = TypeVar("T")
+flags.DEFINE_string("mesh", None, "device mesh DATAxMODEL, e.g. 1x8, 2x4, 8x1 (default: 1 x all visible devices; "
+                    "the trainers: all visible devices x 1, data parallel)")
 flags.DEFINE_string("coordinator_address", None, "jax.distributed coordinator host:port (process 0's address)")
 flags.DEFINE_integer("num_processes", None, "jax.distributed: number of processes (one per host)")
 flags.DEFINE_integer("process_id", None, "jax.distributed: this process's index in [0, num_processes)")
@@ -38,18 +40,34 @@ def initialize() -> None:
                              process_id=FLAGS.process_id)
 
 
-def mesh_from_flags() -> Optional["jax.sharding.Mesh"]:
+def mesh_from_flags(data_parallel: bool = False) -> Optional["jax.sharding.Mesh"]:
   """The ("data", "model") mesh of --mesh over all devices of all processes; None on a single device
-  without --mesh (the plain one-device program)."""
+  without --mesh (the plain one-device program). Without --mesh: 1 x all devices, or all devices x 1
+  with `data_parallel` (the trainers)."""
   import jax
   from ddtree_jax import sharding
   from ddtree_jax.cli.common import UsageError
   if FLAGS.mesh is None and jax.device_count() == 1:
     return None
+  shape = FLAGS.mesh
+  if shape is None and data_parallel:
+    shape = (jax.device_count(), 1)
   try:
-    return sharding.make_mesh(FLAGS.mesh)
+    return sharding.make_mesh(shape)
   except ValueError as e:
     raise UsageError(str(e)) from None
+
+
+def process_0_first(fn: Callable[[], T]) -> T:
+  """fn() on process 0, then (after a barrier) on the other processes: with a shared working directory
+  they find what process 0 wrote (a corpus, a tokenizer) instead of writing the same files at once."""
+  import jax
+  if jax.process_count() == 1:
+    return fn()
+  from jax.experimental import multihost_utils
+  out = fn() if jax.process_index() == 0 else None
+  multihost_utils.sync_global_devices("ddtree_jax.process_0_first")
+  return out if jax.process_index() == 0 else fn()
 
 
 def describe(mesh) -> str:

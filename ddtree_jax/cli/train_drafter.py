@@ -5,9 +5,13 @@ public DFlash format.
   ddtree-train-drafter --target_dir=/tmp/ddtree_train/export/target --workdir=/tmp/ddtree_train \
       --time_budget_s=120
   ddtree-train-drafter ... --resume          # reuses the generated data and the latest orbax checkpoint
+  ddtree-train-drafter ... --mesh=8x1 --batch=64
 
 Writes workdir/{drafter_data.npz, drafter/ (orbax, history, loss and tau PNGs), drafter_summary.json}
 and the drafter to --export_dir (default workdir/export/drafter).
+Data parallel on all visible devices by default (--mesh=DATAxMODEL to choose; --batch must divide by DATA;
+the continuations are generated on the same mesh); several hosts: the jax.distributed flags, the same
+command on each, workdir on a filesystem all of them see.
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ import os
 import sys
 
 from absl import app, flags
+
+from ddtree_jax.cli import distributed   # --mesh and the jax.distributed flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("preset", "default", ["default", "tiny"], "drafter and training sizes (configs/default_model.py)")
@@ -40,12 +46,22 @@ flags.DEFINE_boolean("progress", True, "show a progress bar")
 def main(argv):
   del argv
   from configs import default_model as dm
+  from ddtree_jax.cli.common import UsageError
   from ddtree_jax.engine import Engine
-  from ddtree_jax.train import pipeline
+  from ddtree_jax.train import data_parallel, pipeline
   _, make_d, _, make_dhp = dm.PRESETS[FLAGS.preset]
   hp = make_dhp()
   over = {k: getattr(FLAGS, k) for k in ("max_steps", "batch") if getattr(FLAGS, k)}
   hp = dataclasses.replace(hp, **over)
+  try:
+    distributed.initialize()
+    mesh = distributed.mesh_from_flags(data_parallel=True)
+    data_parallel.check_batch(hp.batch, mesh, "--batch",
+                              hint="" if FLAGS.batch else f" (the {FLAGS.preset} preset's; --batch overrides it)")
+  except (UsageError, ValueError) as e:
+    print(f"ddtree-train-drafter: error: {e}", file=sys.stderr)
+    return 2
+  print(f"ddtree-train-drafter: {distributed.describe(mesh)}, batch {hp.batch}", file=sys.stderr)
   if not os.path.exists(os.path.join(FLAGS.target_dir, "config.json")):
     print(f"ddtree-train-drafter: error: --target_dir={FLAGS.target_dir} has no config.json", file=sys.stderr)
     return 2
@@ -53,10 +69,10 @@ def main(argv):
   if tok is None:
     print(f"ddtree-train-drafter: error: {FLAGS.target_dir} has no tokenizer.json", file=sys.stderr)
     return 2
-  data = pipeline.prepare_corpus(FLAGS.workdir, cfg.vocab_size, max_files=FLAGS.max_files or None,
-                                stdlib_root=FLAGS.stdlib_root)
+  data = distributed.process_0_first(lambda: pipeline.prepare_corpus(
+      FLAGS.workdir, cfg.vocab_size, max_files=FLAGS.max_files or None, stdlib_root=FLAGS.stdlib_root))
   seqs = pipeline.generate_drafter_data(
-      Engine(target, cfg), tok, data["streams"]["train"], FLAGS.workdir, num_prompts=FLAGS.num_prompts,
+      Engine(target, cfg, mesh=mesh), tok, data["streams"]["train"], FLAGS.workdir, num_prompts=FLAGS.num_prompts,
       prompt_len=FLAGS.prompt_len, max_new_tokens=FLAGS.max_new_tokens,
       temperatures=tuple(float(t) for t in FLAGS.temperatures), batch=FLAGS.gen_batch,
       time_budget_s=FLAGS.gen_time_budget_s or None, resume=FLAGS.resume)
@@ -64,9 +80,10 @@ def main(argv):
   export_dir = FLAGS.export_dir or os.path.join(FLAGS.workdir, "export", "drafter")
   s = pipeline.train_and_export_drafter(FLAGS.target_dir, make_d(cfg), hp, seqs, FLAGS.workdir, export_dir,
                                         time_budget_s=FLAGS.time_budget_s or None, resume=FLAGS.resume,
-                                        progress=FLAGS.progress)
-  print(f"drafter val loss {s['val_loss']:.4f}, estimated tau {s['val_tau_est']:.2f}; exported "
-        f"{s['export_bytes'] / 2**20:.1f} MiB to {export_dir}")
+                                        progress=FLAGS.progress, mesh=mesh)
+  if data_parallel.is_writer():
+    print(f"drafter val loss {s['val_loss']:.4f}, estimated tau {s['val_tau_est']:.2f}; exported "
+          f"{s['export_bytes'] / 2**20:.1f} MiB to {export_dir}")
   return 0
 
 

@@ -4,9 +4,12 @@ it (INT4 routed experts, HF layout).
   ddtree-train-target --workdir=/tmp/ddtree_train --time_budget_s=180          # the default preset
   ddtree-train-target --workdir=/tmp/ddtree_train --resume                     # continue after an interruption
   ddtree-train-target --preset=tiny --max_files=30 --max_steps=20              # a CPU-sized check
+  ddtree-train-target --workdir=/tmp/ddtree_train --mesh=4x2                    # batch over 4, params split 2
 
 Writes workdir/{tokenizer.json, tokens_*.npy, corpus.json, target/ (orbax checkpoints, history, loss PNG),
 target_summary.json} and the exported model to --export_dir (default workdir/export/target).
+Data parallel on all visible devices by default (--mesh=DATAxMODEL to choose; --batch must divide by DATA);
+several hosts: the jax.distributed flags, the same command on each, workdir on a filesystem all of them see.
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ import os
 import sys
 
 from absl import app, flags
+
+from ddtree_jax.cli import distributed   # --mesh and the jax.distributed flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("preset", "default", ["default", "tiny"], "model and training sizes (configs/default_model.py)")
@@ -35,14 +40,24 @@ flags.DEFINE_boolean("progress", True, "show a progress bar")
 def main(argv):
   del argv
   from configs import default_model as dm
-  from ddtree_jax.train import pipeline
+  from ddtree_jax.cli.common import UsageError
+  from ddtree_jax.train import data_parallel, pipeline
   make_t, _, make_thp, _ = dm.PRESETS[FLAGS.preset]
   vocab = FLAGS.vocab_size or make_t().vocab_size
   hp = make_thp()
   over = {k: getattr(FLAGS, k) for k in ("max_steps", "batch", "seq_len", "lr") if getattr(FLAGS, k)}
   hp = dataclasses.replace(hp, **over)
-  data = pipeline.prepare_corpus(FLAGS.workdir, vocab, max_files=FLAGS.max_files or None,
-                                stdlib_root=FLAGS.stdlib_root)
+  try:
+    distributed.initialize()
+    mesh = distributed.mesh_from_flags(data_parallel=True)
+    data_parallel.check_batch(hp.batch, mesh, "--batch",
+                              hint="" if FLAGS.batch else f" (the {FLAGS.preset} preset's; --batch overrides it)")
+  except (UsageError, ValueError) as e:
+    print(f"ddtree-train-target: error: {e}", file=sys.stderr)
+    return 2
+  print(f"ddtree-train-target: {distributed.describe(mesh)}, batch {hp.batch}", file=sys.stderr)
+  data = distributed.process_0_first(lambda: pipeline.prepare_corpus(
+      FLAGS.workdir, vocab, max_files=FLAGS.max_files or None, stdlib_root=FLAGS.stdlib_root))
   cfg = make_t(data["tokenizer"].vocab_size)
   if hp.seq_len > cfg.max_position_embeddings:
     print(f"ddtree-train-target: error: --seq_len={hp.seq_len} exceeds max_position_embeddings "
@@ -51,9 +66,10 @@ def main(argv):
   export_dir = FLAGS.export_dir or os.path.join(FLAGS.workdir, "export", "target")
   s = pipeline.train_and_export_target(cfg, hp, data, FLAGS.workdir, export_dir,
                                        time_budget_s=FLAGS.time_budget_s or None, resume=FLAGS.resume,
-                                       progress=FLAGS.progress)
-  print(f"val loss {s['val_loss_bf16']:.4f} (bf16) -> {s['val_loss_int4']:.4f} (INT4 experts); "
-        f"exported {s['export_bytes'] / 2**20:.1f} MiB to {export_dir}")
+                                       progress=FLAGS.progress, mesh=mesh)
+  if data_parallel.is_writer():
+    print(f"val loss {s['val_loss_bf16']:.4f} (bf16) -> {s['val_loss_int4']:.4f} (INT4 experts); "
+          f"exported {s['export_bytes'] / 2**20:.1f} MiB to {export_dir}")
   return 0
 
 

@@ -89,7 +89,10 @@ class Horizon:
     if step - self._s0 >= self.measure:
       per = (now - self._t0) / (step - self._s0)
       left = self.budget - elapsed_s
-      self.value = int(min(self.max_steps, step + max(0, left) / (per * (1 + self.overhead))))
+      value = int(min(self.max_steps, step + max(0, left) / (per * (1 + self.overhead))))
+      # Several processes run the same steps: all take process 0's horizon (each measured its own time).
+      from ddtree_jax.train.data_parallel import from_process_0
+      self.value = from_process_0(value)
 
   @property
   def schedule_horizon(self) -> int:

@@ -9,6 +9,7 @@ embedding and lm_head) is frozen and recomputed inside the step (exact MoE, INT4
 AdamW (lr 6e-4, cosine, 4% warmup, clip 1.0), fp32 masters / bf16 compute, orbax checkpoints.
 Also reports `tau_est`: 1 + the mean number of leading block positions the drafter's argmax gets right
 (the DFlash acceptance length at T=0 if the target produced these sequences greedily).
+On a mesh (`mesh=`): data parallel (`train/data_parallel.py`), the frozen target placed by its rules.
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ import numpy as np
 import optax
 from flax import nnx
 
+from ddtree_jax import sharding
 from ddtree_jax.config import DFlashConfig, ModelConfig
-from ddtree_jax.train import common
+from ddtree_jax.train import common, data_parallel
 from ddtree_jax.train.forward import target_forward
 from ddtree_jax.train.params import ModuleTemplate
 from ddtree_jax.train.target_trainer import target_template
@@ -78,16 +80,21 @@ class DrafterResult:
 
 def train_drafter(target_cfg: ModelConfig, target_params: dict, dcfg: DFlashConfig, hp, data, workdir: str, *,
                   val_data=None, time_budget_s: Optional[float] = None, resume: bool = False,
-                  progress: bool = True, log: Callable[[str], None] = print) -> DrafterResult:
+                  progress: bool = True, log: Callable[[str], None] = print, mesh=None,
+                  compute_dtype=jnp.bfloat16) -> DrafterResult:
   """target_params: the frozen target's flat params (for `target_cfg`, e.g. the INT4 model).
-  data / val_data: (tokens [N, S], lengths [N], response starts [N]) from `gen_data.pack`."""
+  data / val_data: (tokens [N, S], lengths [N], response starts [N]) from `gen_data.pack`.
+  mesh: a ("data", "model") mesh to train on, data parallel (hp.batch must divide by its "data" size).
+  compute_dtype: the modules' dtype (bf16; fp32 for exact comparisons)."""
+  data_parallel.check_batch(hp.batch, mesh)
   os.makedirs(workdir, exist_ok=True)
-  ttpl = target_template(target_cfg)
-  tparams = {k: jnp.asarray(v) for k, v in ttpl.cast(target_params).items()}
-  dtpl = drafter_template(dcfg, hp.seed)
+  ttpl = target_template(target_cfg, dtype=compute_dtype)
+  tparams = data_parallel.place_params(ttpl.cast(target_params), mesh, sharding.TARGET_RULES, target_cfg)
+  dtpl = drafter_template(dcfg, hp.seed, compute_dtype)
   params = dtpl.init(hp.seed)
   tx = common.adamw(hp.weight_decay, hp.clip)
   state = {"params": params, "opt": tx.init(params)}
+  state, state_shardings = data_parallel.place_state(state, mesh, sharding.DRAFTER_RULES, dcfg)   # by the rules
   ckpt = common.Checkpointer(os.path.join(workdir, "orbax"))
   history = {"step": [], "loss": [], "tau_est": [], "val_step": [], "val_loss": [], "val_tau_est": [],
              "horizon": None}
@@ -101,13 +108,13 @@ def train_drafter(target_cfg: ModelConfig, target_params: dict, dcfg: DFlashConf
     horizon.value = int(history["horizon"])
   loss_fn = make_loss(ttpl, dtpl, dcfg, hp.blocks_per_seq, hp.gamma)
 
-  @jax.jit
-  def step_fn(state, tokens, lengths, starts, key, lr):
+  def step_fn(state, tparams, tokens, lengths, starts, key, lr):   # tokens: [batch, S]; lengths, starts: [batch]
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], tparams, tokens, lengths,
                                                                    starts, key)
     updates, opt = tx.update(grads, state["opt"], state["params"])
     new = {k: p - lr * updates[k] for k, p in state["params"].items()}
     return {"params": new, "opt": opt}, loss, aux["tau_est"]
+  step_fn = data_parallel.jit_step(step_fn, mesh, state_shardings, 2)
 
   eval_jit = jax.jit(loss_fn)
 
@@ -115,8 +122,8 @@ def train_drafter(target_cfg: ModelConfig, target_params: dict, dcfg: DFlashConf
     toks, lens, starts = val_data
     ls, ts, n = 0.0, 0.0, 0
     for i in range(0, len(toks), hp.batch):
-      l, aux = eval_jit(p, tparams, jnp.asarray(toks[i:i + hp.batch]), jnp.asarray(lens[i:i + hp.batch]),
-                        jnp.asarray(starts[i:i + hp.batch]), jax.random.key(1234 + i))
+      batch = [data_parallel.place_batch(a[i:i + hp.batch], mesh) for a in (toks, lens, starts)]
+      l, aux = eval_jit(p, tparams, *batch, data_parallel.place_replicated(jax.random.key(1234 + i), mesh))
       m = len(toks[i:i + hp.batch])
       ls, ts, n = ls + float(l) * m, ts + float(aux["tau_est"]) * m, n + m
     return ls / n, ts / n
@@ -124,7 +131,7 @@ def train_drafter(target_cfg: ModelConfig, target_params: dict, dcfg: DFlashConf
   toks, lens, starts = data
   warmup = max(1, int(hp.warmup_ratio * hp.max_steps))
   bar = None
-  if progress:
+  if progress and data_parallel.is_writer():
     from tqdm import tqdm
     bar = tqdm(total=horizon.schedule_horizon, initial=start, desc="drafter", dynamic_ncols=True, mininterval=2)
   t_start = time.perf_counter()
@@ -142,9 +149,10 @@ def train_drafter(target_cfg: ModelConfig, target_params: dict, dcfg: DFlashConf
     idx = rng.integers(0, len(toks), size=hp.batch)
     key = jax.random.fold_in(jax.random.key(hp.seed), step)
     h = horizon.schedule_horizon
-    lr = common.warmup_cosine(step, h, max(1, int(hp.warmup_ratio * h)) if horizon.value else warmup, hp.lr, 0.0)
-    state, loss, tau = step_fn(state, jnp.asarray(toks[idx]), jnp.asarray(lens[idx]), jnp.asarray(starts[idx]),
-                               key, lr)
+    lr = np.float32(common.warmup_cosine(step, h, max(1, int(hp.warmup_ratio * h)) if horizon.value else warmup,
+                                         hp.lr, 0.0))
+    batch = [data_parallel.place_batch(a[idx], mesh) for a in (toks, lens, starts)]
+    state, loss, tau = step_fn(state, tparams, *batch, data_parallel.place_replicated(key, mesh), lr)
     pending.append((step, loss, tau))
     step += 1
     if step == start + 1:
@@ -181,11 +189,12 @@ def train_drafter(target_cfg: ModelConfig, target_params: dict, dcfg: DFlashConf
     bar.close()
   ckpt.close()
   history["train_seconds"] = time.perf_counter() - t_start
-  common.write_json(os.path.join(workdir, "drafter_history.json"), history)
-  common.plot_curves(os.path.join(workdir, "drafter_loss.png"), "DFlash drafter training",
-                     {"train loss (EMA)": (history["step"], common.ema(history["loss"], 0.05)),
-                      "val loss": (history["val_step"], history["val_loss"])})
-  common.plot_curves(os.path.join(workdir, "drafter_tau.png"), "DFlash drafter: estimated acceptance (T=0)",
-                     {"train tau_est (EMA)": (history["step"], common.ema(history["tau_est"], 0.05)),
-                      "val tau_est": (history["val_step"], history["val_tau_est"])}, ylabel="tokens / round")
+  if data_parallel.is_writer():
+    common.write_json(os.path.join(workdir, "drafter_history.json"), history)
+    common.plot_curves(os.path.join(workdir, "drafter_loss.png"), "DFlash drafter training",
+                       {"train loss (EMA)": (history["step"], common.ema(history["loss"], 0.05)),
+                        "val loss": (history["val_step"], history["val_loss"])})
+    common.plot_curves(os.path.join(workdir, "drafter_tau.png"), "DFlash drafter: estimated acceptance (T=0)",
+                       {"train tau_est (EMA)": (history["step"], common.ema(history["tau_est"], 0.05)),
+                        "val tau_est": (history["val_step"], history["val_tau_est"])}, ylabel="tokens / round")
   return DrafterResult(params=state["params"], history=history, workdir=workdir)

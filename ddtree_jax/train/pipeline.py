@@ -3,6 +3,8 @@
 
 workdir layout: tokenizer.json, corpus.json, tokens_{train,val,test}.npy, target/ (orbax + history +
 loss PNG), drafter/ (same), drafter_data.npz (generated continuations), *_summary.json.
+`mesh=`: the trainers run data parallel on it (`train/data_parallel.py`); with several processes, process 0
+writes the files other than the orbax checkpoints.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ddtree_jax.train import bpe, common, corpus
+from ddtree_jax.train import bpe, common, corpus, data_parallel
 
 Log = Callable[[str], None]
 
@@ -55,26 +57,28 @@ def prepare_corpus(workdir: str, vocab_size: int, *, max_files: Optional[int] = 
 
 
 def train_and_export_target(cfg, hp, data: dict, workdir: str, export_dir: str, *, time_budget_s=None,
-                            resume=False, progress=True, log: Log = print) -> dict:
-  """Trains the target, quantises its experts to INT4, measures val loss before/after, exports."""
+                            resume=False, progress=True, log: Log = print, mesh=None) -> dict:
+  """Trains the target (data parallel on `mesh` when given), quantises its experts to INT4, measures val
+  loss before/after, exports."""
   from configs.default_model import int4
+  from ddtree_jax import sharding
   from ddtree_jax.train import export
   from ddtree_jax.train.target_trainer import evaluate, target_template, train_target
   res = train_target(cfg, hp, data["streams"]["train"], data["streams"]["val"], os.path.join(workdir, "target"),
-                     time_budget_s=time_budget_s, resume=resume, progress=progress, log=log)
+                     time_budget_s=time_budget_s, resume=resume, progress=progress, log=log, mesh=mesh)
   cfg4 = int4(cfg)
   t0 = time.perf_counter()
-  host = {k: np.asarray(v) for k, v in res.params.items()}
+  host = data_parallel.to_host(res.params)
   p4 = export.quantize_experts(cfg4, host)
   val = data["streams"]["val"]
   n_eval = max(hp.eval_tokens, 4 * hp.seq_len)
   tpl = res.template
-  before = evaluate(tpl, res.params, val, hp.seq_len, hp.batch, n_eval)
+  before = evaluate(tpl, res.params, val, hp.seq_len, hp.batch, n_eval, mesh=mesh)
   tpl4 = target_template(cfg4)
-  p4_dev = {k: jnp.asarray(v) for k, v in p4.items()}
-  after = evaluate(tpl4, p4_dev, val, hp.seq_len, hp.batch, n_eval)
+  p4_dev = data_parallel.place_params(p4, mesh, sharding.TARGET_RULES, cfg4)
+  after = evaluate(tpl4, p4_dev, val, hp.seq_len, hp.batch, n_eval, mesh=mesh)
   test = data["streams"]["test"]
-  test_after = evaluate(tpl4, p4_dev, test, hp.seq_len, hp.batch, n_eval)
+  test_after = evaluate(tpl4, p4_dev, test, hp.seq_len, hp.batch, n_eval, mesh=mesh)
   summary = {
       "val_loss_bf16": before, "val_ppl_bf16": math.exp(before), "val_loss_int4": after,
       "val_ppl_int4": math.exp(after), "test_loss_int4": test_after, "test_ppl_int4": math.exp(test_after),
@@ -87,6 +91,9 @@ def train_and_export_target(cfg, hp, data: dict, workdir: str, export_dir: str, 
       f"(ppl {math.exp(after):.3f}) in {time.perf_counter() - t0:.1f}s")
   info = {"corpus": {k: v for k, v in data["info"].items() if k != "test_files"}, "target_training": summary,
           "hyperparameters": dict(hp.__dict__)}
+  if not data_parallel.is_writer():
+    summary["export_bytes"] = None     # process 0 exports
+    return summary
   export.export_target(cfg4, p4, export_dir, tokenizer_path=data["tokenizer_path"], info=info)
   summary["export_bytes"] = export.dir_size(export_dir)
   common.write_json(os.path.join(workdir, "target_summary.json"), summary)
@@ -155,7 +162,8 @@ def generate_drafter_data(engine, tok, train_stream: np.ndarray, workdir: str, *
     chunks += [(j, t, ps[j:j + batch]) for j in range(0, len(ps), batch)]
   chunks.sort(key=lambda c: c[0])
   for j, t, ps in chunks:
-    if deadline is not None and time.perf_counter() > deadline:
+    # (several processes generate together on one mesh: process 0's clock decides for all)
+    if deadline is not None and data_parallel.from_process_0(int(time.perf_counter() > deadline)):
       log(f"generation: time budget reached after {len(seqs)} sequences")
       break
     seqs += gen_data.generate_continuations(engine, ps, max_new_tokens=max_new_tokens, temperature=t,
@@ -164,13 +172,15 @@ def generate_drafter_data(engine, tok, train_stream: np.ndarray, workdir: str, *
   toks = np.full((len(seqs), max_len), tok.eos_id, np.int32)
   for i, (s, _) in enumerate(seqs):
     toks[i, :len(s)] = s
-  np.savez(path, tokens=toks, lengths=np.asarray([len(s) for s, _ in seqs], np.int32),
-           starts=np.asarray([p for _, p in seqs], np.int32))
+  if data_parallel.is_writer():
+    np.savez(path, tokens=toks, lengths=np.asarray([len(s) for s, _ in seqs], np.int32),
+             starts=np.asarray([p for _, p in seqs], np.int32))
   return seqs
 
 
 def train_and_export_drafter(target_dir: str, dcfg, hp, seqs, workdir: str, export_dir: str, *, time_budget_s=None,
-                             resume=False, progress=True, val_fraction=0.05, log: Log = print) -> dict:
+                             resume=False, progress=True, val_fraction=0.05, log: Log = print, mesh=None) -> dict:
+  """Trains the drafter (data parallel on `mesh` when given) against the exported target and exports it."""
   from ddtree_jax.train import export, gen_data
   from ddtree_jax.train.drafter_trainer import train_drafter
   from ddtree_jax.train.params import flat_params
@@ -186,13 +196,17 @@ def train_and_export_drafter(target_dir: str, dcfg, hp, seqs, workdir: str, expo
   log(f"drafter data: {len(train[0])} train / {len(val[0])} val sequences, "
       f"{int(np.sum(train[1] - train[2]))} response tokens")
   res = train_drafter(cfg, tparams, dcfg, hp, train, os.path.join(workdir, "drafter"), val_data=val,
-                      time_budget_s=time_budget_s, resume=resume, progress=progress, log=log)
+                      time_budget_s=time_budget_s, resume=resume, progress=progress, log=log, mesh=mesh)
   h = res.history
   summary = {"steps": h["step"][-1] + 1 if h["step"] else 0, "train_seconds": h.get("train_seconds"),
              "val_loss": h["val_loss"][-1] if h["val_loss"] else None,
              "val_tau_est": h["val_tau_est"][-1] if h["val_tau_est"] else None,
              "sequences": n, "response_tokens": int(np.sum(data[1] - data[2]))}
-  export.export_drafter(dcfg, {k: np.asarray(v) for k, v in res.params.items()}, export_dir,
+  host = data_parallel.to_host(res.params)
+  if not data_parallel.is_writer():
+    summary["export_bytes"] = None     # process 0 exports
+    return summary
+  export.export_drafter(dcfg, host, export_dir,
                         info={"drafter_training": summary, "hyperparameters": dict(hp.__dict__),
                               "target": os.path.basename(os.path.abspath(target_dir))})
   summary["export_bytes"] = export.dir_size(export_dir)

@@ -6,6 +6,7 @@ Routed experts train through a fixed-capacity dispatch (`train/forward.py`); the
 `e_score_correction_bias` is not trained by gradient but by DeepSeek-V3's load-balancing rule
 (bias += rate * sign(mean load - load)). Resumable: orbax checkpoints of (params, optimizer state)
 every `ckpt_every` steps with the step horizon, history and data position in the metadata.
+On a mesh (`mesh=`): data parallel (`train/data_parallel.py`), the same losses as on one device.
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ import numpy as np
 import optax
 from flax import nnx
 
+from ddtree_jax import sharding
 from ddtree_jax.config import ModelConfig
-from ddtree_jax.train import common
+from ddtree_jax.train import common, data_parallel
 from ddtree_jax.train.forward import target_forward
 from ddtree_jax.train.params import ModuleTemplate
 
@@ -65,13 +67,14 @@ def make_eval_fn(tpl: ModuleTemplate):
 
 
 def evaluate(tpl: ModuleTemplate, params, stream: np.ndarray, seq_len: int, batch: int, max_tokens: int,
-             fn=None) -> float:
-  """Mean next-token cross-entropy (nats) over the first `max_tokens` of `stream` (exact MoE)."""
+             fn=None, mesh=None) -> float:
+  """Mean next-token cross-entropy (nats) over the first `max_tokens` of `stream` (exact MoE).
+  mesh: the mesh `params` live on (windows split over "data" when they divide)."""
   fn = fn or make_eval_fn(tpl)
   w = eval_windows(stream, seq_len + 1, max_tokens)
   tot, n = 0.0, 0
   for i in range(0, len(w), batch):
-    s, c = fn(params, jnp.asarray(w[i:i + batch]))
+    s, c = fn(params, data_parallel.place_batch(w[i:i + batch], mesh))
     tot, n = tot + float(s), n + int(c)
   return tot / max(n, 1)
 
@@ -86,14 +89,19 @@ class TrainResult:
 
 def train_target(cfg: ModelConfig, hp, train_stream: np.ndarray, val_stream: np.ndarray, workdir: str, *,
                  time_budget_s: Optional[float] = None, resume: bool = False, progress: bool = True,
-                 log: Callable[[str], None] = print) -> TrainResult:
-  """Trains until hp.max_steps or the time budget (the cosine horizon is fitted to the budget)."""
+                 log: Callable[[str], None] = print, mesh=None, compute_dtype=jnp.bfloat16) -> TrainResult:
+  """Trains until hp.max_steps or the time budget (the cosine horizon is fitted to the budget).
+
+  mesh: a ("data", "model") mesh to train on, data parallel (hp.batch must divide by its "data" size);
+  the returned params live on it. compute_dtype: the module's dtype (bf16; fp32 for exact comparisons)."""
+  data_parallel.check_batch(hp.batch, mesh)
   os.makedirs(workdir, exist_ok=True)
-  tpl = target_template(cfg, hp.seed)
+  tpl = target_template(cfg, hp.seed, compute_dtype)
   params = tpl.init(hp.seed)
   moe_layers = [i for i in range(cfg.num_hidden_layers) if cfg.is_moe_layer(i)]
   tx = common.adamw(hp.weight_decay, hp.clip)
   state = {"params": params, "opt": tx.init(params)}
+  state, state_shardings = data_parallel.place_state(state, mesh, sharding.TARGET_RULES, cfg)   # by the rules
   ckpt = common.Checkpointer(os.path.join(workdir, "orbax"))
   history = {"step": [], "loss": [], "val_step": [], "val_loss": [], "dropped": [], "horizon": None,
              "tokens_per_step": hp.batch * hp.seq_len, "best_val": None, "best_step": None}
@@ -114,8 +122,7 @@ def train_target(cfg: ModelConfig, hp, train_stream: np.ndarray, val_stream: np.
     ce = optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
     return ce, (out["loads"], out["dropped"])
 
-  @jax.jit
-  def step_fn(state, tokens, lr):
+  def step_fn(state, tokens, lr):       # tokens: [batch, seq_len + 1], split over "data"
     (loss, (loads, dropped)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], tokens)
     updates, opt = tx.update(grads, state["opt"], state["params"])
     new = {}
@@ -127,20 +134,21 @@ def train_target(cfg: ModelConfig, hp, train_stream: np.ndarray, val_stream: np.
       else:
         new[k] = p - lr * updates[k]
     return {"params": new, "opt": opt}, loss, jnp.mean(dropped) if dropped.size else jnp.float32(0)
+  step_fn = data_parallel.jit_step(step_fn, mesh, state_shardings, 2)
 
   eval_fn = make_eval_fn(tpl)
   best = None
   t_start = time.perf_counter()
   bar = None
-  if progress:
+  if progress and data_parallel.is_writer():
     from tqdm import tqdm
     bar = tqdm(total=horizon.schedule_horizon, initial=start, desc="target", dynamic_ncols=True, mininterval=2)
   step = start
   pending = []
   while step < horizon.schedule_horizon:
     rng = np.random.default_rng((hp.seed, step))
-    tokens = jnp.asarray(sample_windows(train_stream, hp.batch, hp.seq_len + 1, rng))
-    lr = common.warmup_cosine(step, horizon.schedule_horizon, hp.warmup_steps, hp.lr, hp.min_lr_ratio)
+    tokens = data_parallel.place_batch(sample_windows(train_stream, hp.batch, hp.seq_len + 1, rng), mesh)
+    lr = np.float32(common.warmup_cosine(step, horizon.schedule_horizon, hp.warmup_steps, hp.lr, hp.min_lr_ratio))
     state, loss, dropped = step_fn(state, tokens, lr)
     pending.append((step, loss, dropped))
     step += 1
@@ -170,7 +178,7 @@ def train_target(cfg: ModelConfig, hp, train_stream: np.ndarray, val_stream: np.
       bar.update(1)
     last = step >= horizon.schedule_horizon
     if step % hp.eval_every == 0 or last:
-      v = evaluate(tpl, state["params"], val_stream, hp.seq_len, hp.batch, hp.eval_tokens, eval_fn)
+      v = evaluate(tpl, state["params"], val_stream, hp.seq_len, hp.batch, hp.eval_tokens, eval_fn, mesh)
       history["val_step"].append(step)
       history["val_loss"].append(v)
       if best is None or v < history["best_val"]:
@@ -188,8 +196,9 @@ def train_target(cfg: ModelConfig, hp, train_stream: np.ndarray, val_stream: np.
     bar.close()
   ckpt.close()
   history["train_seconds"] = time.perf_counter() - t_start
-  common.write_json(os.path.join(workdir, "target_history.json"), history)
-  common.plot_curves(os.path.join(workdir, "target_loss.png"), f"target pretraining ({cfg.num_hidden_layers} layers)",
-                     {"train (EMA)": (history["step"], common.ema(history["loss"], 0.05)),
-                      "val": (history["val_step"], history["val_loss"])})
+  if data_parallel.is_writer():
+    common.write_json(os.path.join(workdir, "target_history.json"), history)
+    common.plot_curves(os.path.join(workdir, "target_loss.png"), f"target pretraining ({cfg.num_hidden_layers} layers)",
+                       {"train (EMA)": (history["step"], common.ema(history["loss"], 0.05)),
+                        "val": (history["val_step"], history["val_loss"])})
   return TrainResult(params=best if best is not None else state["params"], history=history, workdir=workdir, template=tpl)

@@ -68,7 +68,9 @@ def parse_mesh(text: Optional[str], n_devices: Optional[int] = None) -> tuple[in
     return 1, n
   m = re.fullmatch(r"\s*(\d+)\s*[xX*]\s*(\d+)\s*", text)
   if not m:
-    raise ValueError(f"--mesh={text!r}: expected DATAxMODEL, e.g. 1x8, 2x4 or 8x1")
+    hint = (" (name=size meshes such as 'expert=8', ddtree-convert's old syntax, are not accepted: "
+            "experts split over MODEL, so 'expert=8' is 1x8)") if "=" in text else ""
+    raise ValueError(f"--mesh={text!r}: expected DATAxMODEL, e.g. 1x8, 2x4 or 8x1{hint}")
   d, mo = int(m.group(1)), int(m.group(2))
   if d < 1 or mo < 1:
     raise ValueError(f"--mesh={text!r}: axis sizes must be >= 1")

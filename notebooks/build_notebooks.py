@@ -101,7 +101,7 @@ CHECKPOINT = [
 A real Kimi K2.6 directory (`moonshotai/Kimi-K2.6`, ~594 GB) is converted once with `ddtree-convert`:
 
     ddtree-convert --hf_dir=/models/Kimi-K2.6 --drafter_dir=/models/Kimi-K2.6-DFlash \\
-        --out_dir=/models/k26-ddtree --mesh=expert=8 --dtype=bfloat16
+        --out_dir=/models/k26-ddtree --mesh=1x8 --dtype=bfloat16
 
 Here the same steps run on a *small* random checkpoint written in the exact K2.6 layout: the multimodal
 config (`KimiK25ForConditionalGeneration`, text model under `text_config`, compressed-tensors INT4 experts as

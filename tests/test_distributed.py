@@ -1,7 +1,8 @@
 """Several hosts: two local processes with 4 virtual CPU devices each, joined by jax.distributed on the
 loopback address (the CLIs' start-up: cli/distributed.py flags, `--mesh=1x8`: the model axis spans both
 processes), generate with ar, dflash and ddtree (budget 4) on the embedded default model, and produce the
-tokens of one process on one device. One pair of processes runs all three modes (this file is the worker)."""
+tokens of one process on one device. One pair of processes runs all three modes (this file is the worker).
+And `ddtree-convert --mesh=1x8` over two processes writes the checkpoint that one process reads back exactly."""
 import json
 import os
 import socket
@@ -29,24 +30,35 @@ def _cmd(out, *flag_args):
   return [sys.executable, os.path.abspath(__file__), str(out), *flag_args]
 
 
-def test_two_processes_match_one_process(tmp_path):
+def _run_pair(cmd, timeout=900):
+  """Runs cmd(i) + the jax.distributed flags as processes i = 0, 1 (4 CPU devices each); -> their (stdout, stderr)."""
   port = _free_port()
-  procs = [subprocess.Popen(_cmd(tmp_path / f"p{i}.json", "--mesh=1x8", f"--coordinator_address=127.0.0.1:{port}",
-                                 "--num_processes=2", f"--process_id={i}"),
+  procs = [subprocess.Popen([*cmd(i), f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"],
                             env=_env(4), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
            for i in range(2)]
-  one = subprocess.run(_cmd(tmp_path / "one.json"), env=_env(1), capture_output=True, text=True, timeout=900, cwd=ROOT)
   outs = []
   for p in procs:
     try:
-      outs.append(p.communicate(timeout=900))
+      outs.append(p.communicate(timeout=timeout))
     except subprocess.TimeoutExpired:
       for q in procs:
         q.kill()
       raise
   for p, (o, e) in zip(procs, outs):
     assert p.returncode == 0, o[-2000:] + e[-4000:]
-  assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-4000:]
+  return outs
+
+
+def test_two_processes_match_one_process(tmp_path):
+  one = subprocess.Popen(_cmd(tmp_path / "one.json"), env=_env(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=ROOT)
+  try:
+    _run_pair(lambda i: _cmd(tmp_path / f"p{i}.json", "--mesh=1x8"))
+    o, e = one.communicate(timeout=900)
+  finally:
+    if one.poll() is None:
+      one.kill()
+  assert one.returncode == 0, o[-2000:] + e[-4000:]
   ref = json.load(open(tmp_path / "one.json"))
   assert ref["devices"].startswith("1 device"), ref["devices"]
   for mode, _ in MODES:
@@ -60,6 +72,31 @@ def test_two_processes_match_one_process(tmp_path):
       assert got["tokens"][mode] == ref["tokens"][mode], \
           f"process {i}, {mode}: {got['tokens'][mode]} != one process {ref['tokens'][mode]}"
       assert got["accepted"][mode] == ref["accepted"][mode], (i, mode, got["accepted"], ref["accepted"])
+
+
+def test_two_processes_convert(tmp_path):
+  """ddtree-convert --mesh=1x8 over two processes (each saves its devices' slices, process 0 the files):
+  the converted directory holds exactly the parameters of the HF checkpoint."""
+  import jax.numpy as jnp
+  import numpy as np
+  from flax import nnx
+  from configs.tiny import tiny_shardable
+  from ddtree_jax.checkpoint import load_drafter, load_target, orbax_io, synthetic
+  cfg = tiny_shardable(num_hidden_layers=2)
+  hf = synthetic.write_target_checkpoint(str(tmp_path / "hf"), cfg, layout="k26", n_shards=2)
+  dr = synthetic.write_drafter_checkpoint(str(tmp_path / "dr"), synthetic.tiny_drafter_config(cfg))
+  out = tmp_path / "out"
+  outs = _run_pair(lambda i: [sys.executable, "-m", "ddtree_jax.cli.convert", f"--hf_dir={hf}", f"--drafter_dir={dr}",
+                              f"--out_dir={out}", "--dtype=float32", "--mesh=1x8", "--noprogress"])
+  assert "mesh 1x8" in outs[0][1] and "2 process(es)" in outs[0][1], outs[0][1][-2000:]
+  assert orbax_io.read_manifest(str(out))["mesh"] == {"data": 1, "model": 8}
+  assert sorted(os.listdir(tmp_path)) == ["dr", "hf", "out"]         # no temporary directory left behind
+  flat = lambda m: {".".join(map(str, k)): np.asarray(v.get_value()) for k, v in nnx.to_flat_state(nnx.state(m, nnx.Param))}
+  got, want = flat(load_target(str(out), jnp.float32)[0]), flat(load_target(hf, jnp.float32)[0])
+  assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want), \
+      [k for k in want if not np.array_equal(got.get(k), want[k])][:5]
+  got, want = load_drafter(str(out), cfg, jnp.float32)[0], load_drafter(dr, cfg, jnp.float32)[0]
+  assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
 
 
 def _worker(out_path: str, flag_args: list[str]) -> None:

@@ -24,6 +24,8 @@ def test_parse_mesh():
     parse_mesh("2x3", 8)
   with pytest.raises(ValueError, match="DATAxMODEL"):
     parse_mesh("eight", 8)
+  with pytest.raises(ValueError, match="'expert=8' is 1x8"):     # ddtree-convert's old name=size form
+    parse_mesh("expert=8", 8)
 
 
 def test_k26_rules():

@@ -39,9 +39,9 @@ def test_cli_mesh_is_data_x_model(tmp_path):
   hf = synthetic.write_target_checkpoint(str(tmp_path / "hf"), tiny(), n_shards=1)
   out = str(tmp_path / "out")
   r = run_convert(f"--hf_dir={hf}", f"--out_dir={out}", "--mesh=expert=8")
-  assert r.returncode == 1 and "expected DATAxMODEL" in r.stderr and "'expert=8' is 1x8" in r.stderr, r.stderr[-2000:]
+  assert r.returncode == 2 and "expected DATAxMODEL" in r.stderr and "'expert=8' is 1x8" in r.stderr, r.stderr[-2000:]
   r = run_convert(f"--hf_dir={hf}", f"--out_dir={out}", "--mesh=1x8")
-  assert r.returncode == 1 and "needs 8 devices, but 1 are visible" in r.stderr, r.stderr[-2000:]
+  assert r.returncode == 2 and "needs 8 devices, but 1 are visible" in r.stderr, r.stderr[-2000:]
   assert not os.path.exists(out)
   r = run_convert(f"--hf_dir={hf}", f"--out_dir={out}", "--mesh=2x4", "--dtype=float32", "--noprogress", devices=8)
   assert r.returncode == 0, r.stderr[-3000:]

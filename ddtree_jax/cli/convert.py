@@ -63,7 +63,10 @@ def main(argv):
                                   overwrite=FLAGS.overwrite, progress=Progress())
     if bar is not None:
       bar.close()
-  except (UsageError, CheckpointError, ConfigError) as e:
+  except UsageError as e:              # a bad flag: exit 2, like the other CLIs
+    print(f"ddtree-convert: error: {e}", file=sys.stderr)
+    return 2
+  except (CheckpointError, ConfigError) as e:   # the input or output directory is not what it must be
     print(f"ddtree-convert: error: {e}", file=sys.stderr)
     return 1
   groups = manifest["target"]["groups"]

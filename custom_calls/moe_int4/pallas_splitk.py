@@ -34,7 +34,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from custom_calls.moe_int4.pallas_triton import route
+from custom_calls.moe_int4.pallas_triton import block_tokens, load_token_columns, route
 
 _MAGIC = 0x4B000000          # float32 bits of 2**23
 BLOCK_M = 16                 # rows per row block: the smallest tensor-core tile (routes are padded to it)
@@ -86,14 +86,11 @@ def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref
   @pl.when(bvalid_ref[blk] != 0)
   def _():
     e = bexp_ref[blk]
-    toks = tok_ref[pl.ds(blk * block_m, block_m)]                                      # [BM]
-    tok_ok = toks < num_tokens
-    toks = jnp.where(tok_ok, toks, 0)
+    toks, tok_ok = block_tokens(tok_ref, blk, block_m, num_tokens)                      # [BM]
     n0 = jn * block_n
 
     def load_x(cols):
-      m = jnp.broadcast_to(tok_ok[:, None], (block_m, cols.shape[0]))
-      return plgpu.load(x_ref.at[toks[:, None], cols[None, :]], mask=m, other=0.).astype(jnp.float32)
+      return load_token_columns(x_ref, toks, tok_ok, cols).astype(jnp.float32)
 
     def body(c, accs):
       k0 = (ks * chunks + c) * block_k

@@ -66,6 +66,19 @@ def _planar_dot(acc, xt, w_ref, s_ref, e, n0, kk, *, block_n, block_k, group_siz
   return acc
 
 
+def block_tokens(tok_ref, blk, block_m, num_tokens):
+  """Token ids of row block `blk` ([BM] i32, padding rows -> 0) and which rows are real ([BM] bool)."""
+  toks = tok_ref[pl.ds(blk * block_m, block_m)]
+  tok_ok = toks < num_tokens
+  return jnp.where(tok_ok, toks, 0), tok_ok
+
+
+def load_token_columns(x_ref, toks, tok_ok, cols):
+  """x_ref [N, D] rows `toks` [BM], columns `cols` [C] -> [BM, C] (zeros on padding rows)."""
+  mask = jnp.broadcast_to(tok_ok[:, None], (toks.shape[0], cols.shape[0]))
+  return plgpu.load(x_ref.at[toks[:, None], cols[None, :]], mask=mask, other=0.)
+
+
 def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, *,
                     block_m, block_n, block_k, group_size, num_tokens, precision, planar):
   """bvalid/bexp: [NB] i32; tok: [P_pad] i32 (num_tokens = pad); x: [N, D];
@@ -77,16 +90,13 @@ def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref
   @pl.when(bvalid_ref[blk] != 0)
   def _():
     e = bexp_ref[blk]
-    toks = tok_ref[pl.ds(blk * block_m, block_m)]                                 # [BM]
-    tok_ok = toks < num_tokens
-    toks = jnp.where(tok_ok, toks, 0)
+    toks, tok_ok = block_tokens(tok_ref, blk, block_m, num_tokens)                 # [BM]
     cols = jnp.arange(block_k, dtype=jnp.int32)
     n0 = jn * block_n
 
     def body_planar(kk, carry):
       acc_g, acc_u = carry
-      xt = lambda c: plgpu.load(x_ref.at[toks[:, None], c[None, :]],
-                                mask=jnp.broadcast_to(tok_ok[:, None], (block_m, c.shape[0])), other=0.)
+      xt = lambda c: load_token_columns(x_ref, toks, tok_ok, c)
       kw = dict(block_n=block_n, block_k=block_k, group_size=group_size, precision=precision)
       acc_g = _planar_dot(acc_g, xt, gw_ref, gs_ref, e, n0, kk, **kw)
       acc_u = _planar_dot(acc_u, xt, uw_ref, us_ref, e, n0, kk, **kw)
@@ -94,8 +104,7 @@ def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref
 
     def body(kk, carry):
       acc_g, acc_u = carry
-      xb = plgpu.load(x_ref.at[toks[:, None], kk * block_k + cols[None, :]],
-                      mask=jnp.broadcast_to(tok_ok[:, None], (block_m, block_k)), other=0.)  # [BM, BK]
+      xb = load_token_columns(x_ref, toks, tok_ok, kk * block_k + cols)                 # [BM, BK]
       wsl = (e, pl.ds(n0, block_n), pl.ds(kk * (block_k // 8), block_k // 8))
       ssl = (e, pl.ds(n0, block_n), pl.ds(kk * (block_k // group_size), block_k // group_size))
       wg = _dequant(gw_ref[wsl], gs_ref[ssl], group_size, xb.dtype)              # [BN, BK]

@@ -58,6 +58,17 @@ def mesh_from_flags(data_parallel: bool = False) -> Optional["jax.sharding.Mesh"
     raise UsageError(str(e)) from None
 
 
+def trainer_mesh(batch: int, *, preset: str, batch_flag_given: bool) -> Optional["jax.sharding.Mesh"]:
+  """A trainer's start-up: jax.distributed, the data-parallel mesh (all devices x 1 without --mesh), and a
+  check that the training batch splits over its data axis. Raises UsageError / ValueError naming the flag."""
+  from ddtree_jax.train import data_parallel
+  initialize()
+  mesh = mesh_from_flags(data_parallel=True)
+  data_parallel.check_batch(batch, mesh, "--batch",
+                            hint="" if batch_flag_given else f" (the {preset} preset's; --batch overrides it)")
+  return mesh
+
+
 def process_0_first(fn: Callable[[], T]) -> T:
   """fn() on process 0, then (after a barrier) on the other processes: with a shared working directory
   they find what process 0 wrote (a corpus, a tokenizer) instead of writing the same files at once."""

@@ -48,10 +48,7 @@ def main(argv):
   over = {k: getattr(FLAGS, k) for k in ("max_steps", "batch", "seq_len", "lr") if getattr(FLAGS, k)}
   hp = dataclasses.replace(hp, **over)
   try:
-    distributed.initialize()
-    mesh = distributed.mesh_from_flags(data_parallel=True)
-    data_parallel.check_batch(hp.batch, mesh, "--batch",
-                              hint="" if FLAGS.batch else f" (the {FLAGS.preset} preset's; --batch overrides it)")
+    mesh = distributed.trainer_mesh(hp.batch, preset=FLAGS.preset, batch_flag_given=bool(FLAGS.batch))
   except (UsageError, ValueError) as e:
     print(f"ddtree-train-target: error: {e}", file=sys.stderr)
     return 2

@@ -117,7 +117,7 @@ def test_gpu_kernel(n, kernel):
 SPLITK_CASES = [
     # (tokens, top-k, global experts, local experts, expert_offset, dtype, D, I, kernel options)
     (5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, splits_up=4, splits_down=2)),   # shard, splits
-    (9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, {}),                                             # bf16, TF32 dots
+    (9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, {}),                                             # bf16 (TF32 dots on a GPU)
 ]
 
 
@@ -130,3 +130,17 @@ def test_splitk_matches_reference(n, k, e_total, e_local, offset, dtype, d, inte
   assert out.shape == x.shape and out.dtype == dtype
   tol = 1e-5 if dtype == jnp.float32 else 1e-2
   assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < tol
+
+
+def test_splitk_through_dispatch_repeated_experts_and_traced_offset():
+  """At <= SPLITK_MAX_TOKENS tokens the dispatch runs split-K: a token routed twice to one expert counts
+  twice, a token with no local expert gives an exact zero row, and the offset may be traced."""
+  from custom_calls.moe_int4 import SPLITK_MAX_TOKENS
+  n, k, e_total, e_local, offset = 3, 4, 12, 6, 4
+  assert n <= SPLITK_MAX_TOKENS
+  ids = np.array([[4, 4, 1, 7], [0, 1, 2, 11], [6, 9, 9, 3]])   # token 1: nothing in [4, 10)
+  x, ids, w, experts = make_inputs(11, n, k, e_total, e_local, 256, 256, jnp.float32, ids=ids)
+  f = jax.jit(lambda off: routed_experts_int4(x, ids, w, *experts, expert_offset=off, impl="pallas_interpret"))
+  out = f(jnp.int32(offset))
+  assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < 1e-5
+  np.testing.assert_array_equal(np.asarray(out[1]), 0.0)

@@ -15,7 +15,7 @@ ALU than the bytes take to arrive. Three choices serve that (pallas_triton.py is
   one FADD and the group scale's FMUL.
 - TF32 tensor-core dots on fp32 operands: bf16 activations and (nib - 8) * scale (<= 11 significant bits)
   are exact in TF32, so every product is exact and sums are fp32 (no bf16 rounding of the weights).
-  float32 activations use full fp32 dots instead (Precision.HIGHEST).
+  float32 activations, or scales that are not bf16, use full fp32 dots instead (Precision.HIGHEST).
 
 Columns follow the compressed-tensors packing (column 8w + j = nibble j of word w): one chunk of BK
 columns = BK/8 words per row; nibble j of the chunk's words covers columns 8w + j, so each chunk is 8
@@ -196,12 +196,16 @@ def routed_experts_int4_splitk(x, expert_ids, expert_weights, gate_packed, gate_
 def splitk_from_routes(x, routes, expert_weights, gate_packed, gate_scale, up_packed, up_scale, down_packed,
                        down_scale, *, group_size, block_n, block_k, splits_up, splits_down, num_warps, num_stages,
                        interpret):
-  """The kernels after routing. routes: pallas_triton.route(expert_ids, E, expert_offset, BLOCK_M)."""
+  """The kernels after routing. routes = pallas_triton.route(expert_ids, E, expert_offset, BLOCK_M) =
+  (row_token [P_pad] i32 (N on padding rows), pos [N, K] i32 (sorted row of each pair), is_local [N, K] bool,
+  block_valid [P_pad / BLOCK_M] i32, block_expert [P_pad / BLOCK_M] i32)."""
   n, d = x.shape
   e, inter, _ = gate_packed.shape
   su = _largest_divisor_at_most(d // block_k, splits_up)
   sd = _largest_divisor_at_most(inter // block_k, splits_down)
-  precision = lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
+  # TF32 is exact only for bf16/f16 activations and bf16 scales ((nib - 8) * scale in 11 significant bits)
+  exact_tf32 = x.dtype != jnp.float32 and gate_scale.dtype == down_scale.dtype == jnp.bfloat16
+  precision = None if exact_tf32 else lax.Precision.HIGHEST
   block_m = BLOCK_M
   row_token, pos, is_local, block_valid, block_expert = routes
   p_pad = row_token.shape[0]
@@ -223,12 +227,23 @@ def splitk_from_routes(x, routes, expert_weights, gate_packed, gate_scale, up_pa
 
   h = jax.nn.silu(g) * u                                                       # [P_pad, I] f32
 
+  # On the GPU each row adds weight * y into out[token]. The Pallas interpreter's atomic_add keeps only one
+  # of several adds to the same address in one call, and a token routed twice to one expert puts two rows
+  # of one block on the same out row; interpreted, the kernel therefore adds each row into a row of its
+  # own ([P_pad, D], weight 1) and the combine below is a gather, as in pallas_triton.
+  dest, dest_weight, n_dest = ((jnp.arange(p_pad, dtype=jnp.int32), jnp.ones((p_pad,), jnp.float32), p_pad)
+                               if interpret else (row_token, row_weight, n))
   out = pl.pallas_call(
       functools.partial(_down_kernel, block_m=block_m, block_n=block_n, block_k=block_k,
                         chunks=inter // block_k // sd, group_size=group_size, precision=precision),
       grid=(nb, d // block_n, sd),
-      out_shape=jax.ShapeDtypeStruct((n + 1, d), jnp.float32),
+      out_shape=jax.ShapeDtypeStruct((n_dest + 1, d), jnp.float32),
       input_output_aliases={7: 0},
       compiler_params=params, interpret=interpret, name="moe_int4_down_splitk",
-  )(block_valid, block_expert, row_token, row_weight, h, down_packed, down_scale, jnp.zeros((n + 1, d), jnp.float32))
+  )(block_valid, block_expert, dest, dest_weight, h, down_packed, down_scale,
+    jnp.zeros((n_dest + 1, d), jnp.float32))
+  if interpret:
+    yk = out[pos]                                                              # [N, K, D]
+    w = expert_weights.astype(jnp.float32)[..., None]
+    return jnp.sum(jnp.where(is_local[..., None], w * yk, 0.0), axis=1).astype(x.dtype)
   return out[:n].astype(x.dtype)

@@ -109,7 +109,10 @@ def convert_checkpoint(hf_dir: str, out_dir: str, *, drafter_dir: Optional[str] 
         os.rename(tmp, out_dir)
     sync("convert:done")              # out_dir exists when any process returns
   except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
+    # Only process 0 owns the shared temporary directory: another process that fails must not delete it
+    # under process 0's writes (process 0 then fails at the next barrier and removes it itself).
+    if primary:
+      shutil.rmtree(tmp, ignore_errors=True)
     raise
   log.info("converted %s -> %s in %.1f s (%s)", hf_dir, out_dir, time.time() - t0, manifest["skipped"])
   return manifest

@@ -160,7 +160,7 @@ def bench_mla(copy_bw, mm, smoke, budget_s):
     shapes = [(1, 1, 8, 131072), (1, 1, 64, 131072), (1, 1, 8, 32768), (1, 1, 64, 32768), (8, 1, 8, 32768),
               (1, 1, 8, 8192), (1, 257, 8, 32768), (1, 257, 64, 32768), (1, 64, 8, 32768), (1, 16, 64, 1024),
               (8, 16, 64, 4096), (1, 64, 64, 131072), (1, 257, 8, 131072), (1, 257, 64, 131072)]
-    dec = lambda ns, **kw: [dict(num_splits=ns, **kw) for ns in ns]
+    dec = lambda splits, **kw: [dict(num_splits=n, **kw) for n in splits]
     sweep = {
         (1, 1, 8, 131072): dec((264, 528, 1056)) + dec((528, 1056), num_stages=3) + dec((528,), block_k=32)
                            + dec((264,), block_k=128, num_warps=4) + dec((528,), num_stages=4),

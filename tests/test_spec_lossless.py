@@ -197,7 +197,7 @@ def test_chunked_prefill_gives_one_shot_tokens_and_cache(cfgs):
       np.testing.assert_allclose(np.asarray(y[i, :len(p)]), np.asarray(x[i, :len(p)]), atol=2e-5, rtol=1e-4)
 
 
-def test_one_chunk_program_serves_every_prompt_length(cfgs):
+def test_one_chunk_program_serves_prompt_lengths_of_one_capacity_bucket(cfgs):
   from ddtree_jax import engine as engine_mod
   chunked, one_shot = chunk_engines(cfgs)
   programs = lambda: [k for k in engine_mod._COMPILED if k[0] == "prefill_chunk" and k[2] == chunked._t_graph]

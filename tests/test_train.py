@@ -82,6 +82,11 @@ def test_tiny_target_run_resumes_exports_and_loads(tmp_path):
   from ddtree_jax.train.target_trainer import train_target
   wd = str(tmp_path)
   data = pipeline.prepare_corpus(wd, 320, max_files=4, log=lambda s: None)
+  other = tmp_path / "python3.99"                     # another stdlib: the cached corpus must not be reused
+  other.mkdir()
+  (other / "os.py").write_text("")
+  with pytest.raises(ValueError, match="corpus was built from"):
+    pipeline.prepare_corpus(wd, 320, max_files=4, stdlib_root=str(other), log=lambda s: None)
   cfg = _tiny(data["tokenizer"].vocab_size)
   hp = dataclasses.replace(dm.tiny_target_train(), seq_len=32, batch=2, max_steps=4, eval_every=4, ckpt_every=4,
                            eval_tokens=256)

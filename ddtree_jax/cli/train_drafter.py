@@ -66,8 +66,12 @@ def main(argv):
   if tok is None:
     print(f"ddtree-train-drafter: error: {FLAGS.target_dir} has no tokenizer.json", file=sys.stderr)
     return 2
-  data = distributed.process_0_first(lambda: pipeline.prepare_corpus(
-      FLAGS.workdir, cfg.vocab_size, max_files=FLAGS.max_files or None, stdlib_root=FLAGS.stdlib_root))
+  try:
+    data = distributed.process_0_first(lambda: pipeline.prepare_corpus(
+        FLAGS.workdir, cfg.vocab_size, max_files=FLAGS.max_files or None, stdlib_root=FLAGS.stdlib_root))
+  except (ValueError, FileNotFoundError) as e:   # a workdir built from another stdlib, or no stdlib there
+    print(f"ddtree-train-drafter: error: {e}", file=sys.stderr)
+    return 2
   seqs = pipeline.generate_drafter_data(
       Engine(target, cfg, mesh=mesh), tok, data["streams"]["train"], FLAGS.workdir, num_prompts=FLAGS.num_prompts,
       prompt_len=FLAGS.prompt_len, max_new_tokens=FLAGS.max_new_tokens,

@@ -53,8 +53,12 @@ def main(argv):
     print(f"ddtree-train-target: error: {e}", file=sys.stderr)
     return 2
   print(f"ddtree-train-target: {distributed.describe(mesh)}, batch {hp.batch}", file=sys.stderr)
-  data = distributed.process_0_first(lambda: pipeline.prepare_corpus(
-      FLAGS.workdir, vocab, max_files=FLAGS.max_files or None, stdlib_root=FLAGS.stdlib_root))
+  try:
+    data = distributed.process_0_first(lambda: pipeline.prepare_corpus(
+        FLAGS.workdir, vocab, max_files=FLAGS.max_files or None, stdlib_root=FLAGS.stdlib_root))
+  except (ValueError, FileNotFoundError) as e:   # a workdir built from another stdlib, or no stdlib there
+    print(f"ddtree-train-target: error: {e}", file=sys.stderr)
+    return 2
   cfg = make_t(data["tokenizer"].vocab_size)
   if hp.seq_len > cfg.max_position_embeddings:
     print(f"ddtree-train-target: error: --seq_len={hp.seq_len} exceeds max_position_embeddings "

@@ -3,8 +3,8 @@
 Each chunk is one forward of the expanded MLA over [B, C] tokens that attends to the prompt already
 cached, [0, start), plus itself causally, so its fp32 scores are [B, C, heads, capacity] instead of
 [B, P, heads, capacity] for the whole prompt. One compiled program serves every chunk of every prompt
-length (the chunk's start is a runtime value; the last chunk is padded), a second tiny one emits the
-first token. Ragged batches: all rows share the chunk grid; row b's tokens at or past prompt_len[b] are
+length within one cache-capacity bucket (the chunk's start is a runtime value; the last chunk is padded;
+the capacity grows with prompt + max_new_tokens in steps of 128), a second tiny one emits the first token. Ragged batches: all rows share the chunk grid; row b's tokens at or past prompt_len[b] are
 padding, whose outputs are never read and whose cache rows lie past the committed length.
 
 A chunk writes the target latents and the drafter context entries of its C tokens (the features of the

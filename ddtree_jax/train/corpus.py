@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import sysconfig
 from typing import Iterator, Optional
 
@@ -75,7 +76,8 @@ def _version_of(root: str) -> str:
   """The Python version of a stdlib directory (its name, e.g. python3.12), or the running one's."""
   if os.path.realpath(root) == os.path.realpath(stdlib_root()):
     return platform.python_version()
-  return os.path.basename(os.path.normpath(root)).removeprefix("python") or "unknown"
+  m = re.fullmatch(r"python(\d+\.\d+)", os.path.basename(os.path.normpath(root)))
+  return m.group(1) if m else "unknown"
 
 
 def corpus_info(root: Optional[str] = None) -> dict:

@@ -37,6 +37,10 @@ def prepare_corpus(workdir: str, vocab_size: int, *, max_files: Optional[int] = 
     streams = {s: np.load(p) for s, p in paths.items()}
     with open(os.path.join(workdir, "corpus.json")) as f:
       info = json.load(f)
+    want = os.path.realpath(stdlib_root or corpus.stdlib_root())
+    if os.path.realpath(info.get("stdlib_root", want)) != want:
+      raise ValueError(f"{workdir}: its corpus was built from {info['stdlib_root']}, not {want} "
+                       "(--stdlib_root); use another --workdir or remove its tokenizer.json and tokens_*.npy")
     return {"tokenizer": tok, "tokenizer_path": tok_path, "streams": streams, "info": info}
   t0 = time.perf_counter()
   docs = {s: corpus.load_split(s, root=stdlib_root, max_files=max_files) for s in corpus.SPLITS}

@@ -175,8 +175,11 @@ def make_plan(cfg, mesh_shape: tuple[int, int], *, context: int, batch: int = 1,
     act_round += b_l * l * v_l * 4 * 3                            # drafter logits + log-softmax + top-K
   if attention == "xla":
     act_round += b_l * t * h_l * context * 4 * 2
-  if prefill_chunk is not None and prefill_chunk < 0:
-    raise PlanError(f"prefill_chunk={prefill_chunk}: must be >= 0 (0 = the whole prompt in one forward)")
+  from ddtree_jax.spec.prefill import check_chunk
+  try:
+    prefill_chunk = check_chunk(prefill_chunk)
+  except ValueError as e:
+    raise PlanError(str(e)) from None
   c = min(prefill_chunk, prompt_len) if prefill_chunk else prompt_len   # tokens per prefill forward
   act_prefill = 0
   if c:

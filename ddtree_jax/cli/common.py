@@ -45,9 +45,11 @@ def parse_budget(text: str):
 
 def parse_prefill_chunk(value: int) -> Optional[int]:
   """--prefill_chunk: an integer >= 0 -> the Engine's prefill_chunk (None for 0: one forward)."""
-  if value < 0:
-    raise UsageError(f"--prefill_chunk={value}: must be >= 0 (0 = the whole prompt in one forward)")
-  return value or None
+  from ddtree_jax.spec.prefill import check_chunk
+  try:
+    return check_chunk(value, "--prefill_chunk")
+  except ValueError as e:
+    raise UsageError(str(e)) from None
 
 
 def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, want_drafter: bool, mesh=None):

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from ddtree_jax import processes
 from ddtree_jax.checkpoint import load as load_lib
 from ddtree_jax.checkpoint import orbax_io
 from ddtree_jax.checkpoint.drafter_names import DrafterReader
@@ -48,14 +49,14 @@ def convert_checkpoint(hf_dir: str, out_dir: str, *, drafter_dir: Optional[str] 
   if shardings is None and mesh is not None:
     shardings = load_lib.mesh_shardings(mesh, cfg)
     drafter_shardings = load_lib.mesh_shardings(mesh, dreader.cfg, drafter=True) if dreader else None
-  primary, sync = _processes()
+  primary, sync = processes.is_primary(), processes.barrier
   total = reader.tensor_bytes() + (dreader.tensor_bytes() if dreader else 0)
   if progress is not None and hasattr(progress, "reset"):
     progress.reset(total=total)
   tick = (lambda n: progress.update(n)) if progress is not None else None
 
   parent = os.path.dirname(out_dir)
-  tmp = f"{out_dir}.tmp-{_pid_of_process_0()}"
+  tmp = f"{out_dir}.tmp-{processes.from_process_0(os.getpid())}"   # one directory shared by all processes
   sync("convert:checked")           # every process has checked out_dir before process 0 writes anything
   try:
     if primary:
@@ -116,20 +117,3 @@ def convert_checkpoint(hf_dir: str, out_dir: str, *, drafter_dir: Optional[str] 
     raise
   log.info("converted %s -> %s in %.1f s (%s)", hf_dir, out_dir, time.time() - t0, manifest["skipped"])
   return manifest
-
-
-def _processes():
-  """(this process writes the shared files, barrier(name)) for one or several jax.distributed processes."""
-  if jax.process_count() == 1:
-    return True, lambda name: None
-  from jax.experimental import multihost_utils
-  return jax.process_index() == 0, multihost_utils.sync_global_devices
-
-
-def _pid_of_process_0() -> int:
-  """The temporary directory's suffix: this pid, or process 0's in every process (one shared directory)."""
-  if jax.process_count() == 1:
-    return os.getpid()
-  import numpy as np
-  from jax.experimental import multihost_utils
-  return int(multihost_utils.broadcast_one_to_all(np.int32(os.getpid())))

@@ -75,20 +75,18 @@ def process_0_first(fn: Callable[[], T]) -> T:
   import jax
   if jax.process_count() == 1:
     return fn()
-  import numpy as np
-  from jax.experimental import multihost_utils
+  from ddtree_jax import processes
   out, failed = None, False
-  if jax.process_index() == 0:
+  if processes.is_primary():
     try:
       out = fn()
     except BaseException:
       failed = True
       raise
     finally:   # always reach the collective, so a failure on process 0 stops the others instead of hanging them
-      ok = multihost_utils.broadcast_one_to_all(np.int32(0 if failed else 1))
+      processes.from_process_0(0 if failed else 1)
     return out
-  ok = multihost_utils.broadcast_one_to_all(np.int32(1))
-  if int(ok) != 1:
+  if processes.from_process_0(1) != 1:
     raise RuntimeError("process 0 failed while preparing shared files (see its error); stopping this process too")
   return fn()
 

@@ -22,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ddtree_jax import sharding
+from ddtree_jax.processes import from_process_0, is_primary as is_writer  # noqa: F401  (the trainers' names)
 
 
 def check_batch(batch: int, mesh: Optional[Mesh], name: str = "batch", hint: str = "") -> None:
@@ -79,15 +80,3 @@ def to_host(params: dict) -> dict[str, np.ndarray]:
   return {k: sharding.host_value(v) for k, v in params.items()}
 
 
-def is_writer() -> bool:
-  """True on the process that writes histories, plots, exports and summaries (process 0)."""
-  return jax.process_index() == 0
-
-
-def from_process_0(value: int) -> int:
-  """Process 0's `value` on every process (a collective; `value` itself with one process): for host
-  decisions that every process must take alike, e.g. a step horizon measured from wall time."""
-  if jax.process_count() == 1:
-    return value
-  from jax.experimental import multihost_utils
-  return int(multihost_utils.broadcast_one_to_all(np.int32(value)))

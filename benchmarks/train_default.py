@@ -39,6 +39,16 @@ def main():
   ap.add_argument("--gen_prompts", type=int, default=4096, help="train-split prompts continued for the drafter data")
   ap.add_argument("--temperatures", default="0,1", help="bench temperatures")
   ap.add_argument("--num_test_prompts", type=int, default=16)
+  ap.add_argument("--target_dir", default=None,
+                  help="an exported target (e.g. checkpoints/default/target) to reuse: skips target training and "
+                       "encodes the corpus with its tokenizer")
+  ap.add_argument("--drafter_layers", type=int, default=None, help="drafter layers (default: the preset's)")
+  ap.add_argument("--gen_batch", type=int, default=512, help="generation batch (sequences per AR call)")
+  ap.add_argument("--val_prompts", type=int, default=512,
+                  help="val-split prompts continued greedily for the drafter's validation (0: hold out 5%% of the "
+                       "train-split continuations instead)")
+  ap.add_argument("--budgets", default=None, help="bench budgets (default 8,16,32,64,128,256)")
+  ap.add_argument("--modes", default="ar,dflash,ddtree", help="bench modes")
   args = ap.parse_args()
   out = os.path.abspath(args.out)
   os.makedirs(out, exist_ok=True)
@@ -90,8 +100,9 @@ def main():
 
   # ---- 1. corpus + tokenizer --------------------------------------------------------------------
   tcfg0 = make_t()
+  reuse_tok = os.path.join(args.target_dir, "tokenizer.json") if args.target_dir else None
   data = pipeline.prepare_corpus(work, tcfg0.vocab_size, max_files=30 if args.smoke else None,
-                                 stdlib_root=args.stdlib_root, log=log)
+                                 stdlib_root=args.stdlib_root, tokenizer_path=reuse_tok, log=log)
   results["corpus"] = {k: v for k, v in data["info"].items() if k != "test_files"}
   tok = data["tokenizer"]
   from ddtree_jax.train import corpus
@@ -103,9 +114,20 @@ def main():
   save_results()
 
   # ---- 2. target --------------------------------------------------------------------------------
-  tcfg, thp = make_t(tok.vocab_size), make_thp()
-  results["target"] = pipeline.train_and_export_target(tcfg, thp, data, work, tdir, time_budget_s=args.target_s,
-                                                       progress=False, log=log)
+  if args.target_dir:
+    import shutil
+    if os.path.realpath(args.target_dir) == os.path.realpath(tdir):
+      raise SystemExit(f"--target_dir={args.target_dir} is this run's own export directory; copy it elsewhere first")
+    if os.path.exists(tdir):
+      shutil.rmtree(tdir)
+    shutil.copytree(args.target_dir, tdir)
+    with open(os.path.join(tdir, "training_info.json")) as f:
+      results["target"] = dict(json.load(f).get("target_training", {}), reused_from=os.path.abspath(args.target_dir))
+    log(f"target reused from {args.target_dir}")
+  else:
+    tcfg, thp = make_t(tok.vocab_size), make_thp()
+    results["target"] = pipeline.train_and_export_target(tcfg, thp, data, work, tdir, time_budget_s=args.target_s,
+                                                         progress=False, log=log)
   save_results()
   save_checkpoints()
 
@@ -117,15 +139,23 @@ def main():
   seqs = pipeline.with_xla_kernels(
       pipeline.generate_drafter_data, engine, tok, data["streams"]["train"], work, num_prompts=n_prompts,
       prompt_len=32 if args.smoke else 64, max_new_tokens=48 if args.smoke else 384,
-      batch=32 if args.smoke else 512, time_budget_s=args.gen_s, resume=False, log=log)
+      batch=32 if args.smoke else args.gen_batch, time_budget_s=args.gen_s, resume=False, log=log)
+  val_seqs = None
+  if args.val_prompts:
+    val_seqs = pipeline.with_xla_kernels(
+        pipeline.generate_drafter_data, engine, tok, data["streams"]["val"], work,
+        num_prompts=16 if args.smoke else args.val_prompts, prompt_len=32 if args.smoke else 64,
+        max_new_tokens=48 if args.smoke else 384, temperatures=(0.0,), batch=32 if args.smoke else args.gen_batch,
+        resume=False, log=log, cache_name="drafter_val_data.npz", seed=1)
   results["generation"] = {"sequences": len(seqs), "tokens": int(sum(len(s) - p for s, p in seqs)),
-                           "seconds_budget": args.gen_s}
+                           "val_sequences": len(val_seqs or ()), "seconds_budget": args.gen_s}
   del engine, target
   save_results()
 
   # ---- 4. drafter -------------------------------------------------------------------------------
-  dcfg, dhp = make_d(cfg4), make_dhp()
-  results["drafter"] = pipeline.train_and_export_drafter(tdir, dcfg, dhp, seqs, work, ddir,
+  dcfg = make_d(cfg4) if args.drafter_layers is None else make_d(cfg4, num_layers=args.drafter_layers)
+  dhp = make_dhp()
+  results["drafter"] = pipeline.train_and_export_drafter(tdir, dcfg, dhp, seqs, work, ddir, val_seqs=val_seqs,
                                                          time_budget_s=args.drafter_s, progress=False, log=log)
   import shutil
   shutil.copyfile(os.path.join(work, "test_prompts.jsonl"), os.path.join(export_root, "test_prompts.jsonl"))
@@ -147,8 +177,10 @@ def main():
       json.dump({"meta": meta, "records": bench_records}, f, indent=1)
 
   budgets = (8, 16, 32, 64, 128, 256) if not args.smoke else (4, 16)
+  if args.budgets:
+    budgets = tuple(int(b) for b in args.budgets.split(","))
   deadline = T0 + args.total_s
-  pipeline.with_xla_kernels(run_bench, engine, prompt_ids, budgets=budgets,
+  pipeline.with_xla_kernels(run_bench, engine, prompt_ids, budgets=budgets, modes=tuple(args.modes.split(",")),
                             temperatures=tuple(float(t) for t in args.temperatures.split(",")),
                             max_new_tokens=args.max_new_tokens if not args.smoke else 24, deadline=deadline,
                             on_record=on_record, log=log)

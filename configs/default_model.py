@@ -91,8 +91,8 @@ def tiny_target_config(vocab_size: int = 512) -> ModelConfig:
       n_routed_experts=4, num_experts_per_tok=2, max_position_embeddings=256).validate()
 
 
-def tiny_drafter_config(target: ModelConfig) -> DFlashConfig:
-  return drafter_config(target, num_layers=1, block_size=8, target_layer_ids=(0, 2)).replace(
+def tiny_drafter_config(target: ModelConfig, *, num_layers: int = 1) -> DFlashConfig:
+  return drafter_config(target, num_layers=num_layers, block_size=8, target_layer_ids=(0, 2)).replace(
       num_attention_heads=2, num_key_value_heads=1, head_dim=32, intermediate_size=128).check_against(target)
 
 

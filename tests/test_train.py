@@ -87,6 +87,17 @@ def test_tiny_target_run_resumes_exports_and_loads(tmp_path):
   (other / "os.py").write_text("")
   with pytest.raises(ValueError, match="corpus was built from"):
     pipeline.prepare_corpus(wd, 320, max_files=4, stdlib_root=str(other), log=lambda s: None)
+  # An exported target's tokenizer is used as it is (the drafter trainer's case), not retrained:
+  reused = pipeline.prepare_corpus(str(tmp_path / "reuse"), 999, max_files=4, log=lambda s: None,
+                                   tokenizer_path=data["tokenizer_path"])
+  assert reused["tokenizer"].vocab_size == data["tokenizer"].vocab_size
+  np.testing.assert_array_equal(reused["streams"]["val"], data["streams"]["val"])
+  with pytest.raises(FileNotFoundError, match="no_such"):
+    pipeline.prepare_corpus(str(tmp_path / "reuse"), 320, max_files=4, tokenizer_path=str(tmp_path / "no_such.json"))
+  bpe_other = tmp_path / "other_tokenizer.json"
+  bpe_other.write_text(open(data["tokenizer_path"]).read().replace('"<|mask|>"', '"<|MASK|>"', 1))
+  with pytest.raises(ValueError, match="differs from"):
+    pipeline.prepare_corpus(str(tmp_path / "reuse"), 320, max_files=4, tokenizer_path=str(bpe_other))
   cfg = _tiny(data["tokenizer"].vocab_size)
   hp = dataclasses.replace(dm.tiny_target_train(), seq_len=32, batch=2, max_steps=4, eval_every=4, ckpt_every=4,
                            eval_tokens=256)

@@ -34,6 +34,9 @@ flags.DEFINE_integer("num_prompts", 4096, "train-split prompts to continue")
 flags.DEFINE_integer("prompt_len", 64, "prompt length in tokens")
 flags.DEFINE_integer("max_new_tokens", 384, "continuation length")
 flags.DEFINE_list("temperatures", ["0", "1"], "generation temperatures (prompts split evenly)")
+flags.DEFINE_integer("val_prompts", 256, "val-split prompts continued greedily as the validation set (0: hold "
+                     "out 5% of the train-split continuations instead)")
+flags.DEFINE_integer("num_layers", 0, "drafter layers (0 = the preset's)")
 flags.DEFINE_integer("gen_batch", 512, "generation batch size")
 flags.DEFINE_float("gen_time_budget_s", 0, "stop generating after this many seconds (0 = no limit)")
 flags.DEFINE_integer("max_steps", 0, "override the preset's step count (0 = keep)")
@@ -68,20 +71,29 @@ def main(argv):
     return 2
   try:
     data = distributed.process_0_first(lambda: pipeline.prepare_corpus(
-        FLAGS.workdir, cfg.vocab_size, max_files=FLAGS.max_files or None, stdlib_root=FLAGS.stdlib_root))
+        FLAGS.workdir, cfg.vocab_size, max_files=FLAGS.max_files or None, stdlib_root=FLAGS.stdlib_root,
+        tokenizer_path=os.path.join(FLAGS.target_dir, "tokenizer.json")))
   except (ValueError, FileNotFoundError) as e:   # a workdir built from another stdlib, or no stdlib there
     print(f"ddtree-train-drafter: error: {e}", file=sys.stderr)
     return 2
+  engine = Engine(target, cfg, mesh=mesh)
   seqs = pipeline.generate_drafter_data(
-      Engine(target, cfg, mesh=mesh), tok, data["streams"]["train"], FLAGS.workdir, num_prompts=FLAGS.num_prompts,
+      engine, tok, data["streams"]["train"], FLAGS.workdir, num_prompts=FLAGS.num_prompts,
       prompt_len=FLAGS.prompt_len, max_new_tokens=FLAGS.max_new_tokens,
       temperatures=tuple(float(t) for t in FLAGS.temperatures), batch=FLAGS.gen_batch,
       time_budget_s=FLAGS.gen_time_budget_s or None, resume=FLAGS.resume)
-  del target
+  val_seqs = None
+  if FLAGS.val_prompts:
+    val_seqs = pipeline.generate_drafter_data(
+        engine, tok, data["streams"]["val"], FLAGS.workdir, num_prompts=FLAGS.val_prompts,
+        prompt_len=FLAGS.prompt_len, max_new_tokens=FLAGS.max_new_tokens, temperatures=(0.0,),
+        batch=FLAGS.gen_batch, resume=FLAGS.resume, cache_name="drafter_val_data.npz", seed=1)
+  del target, engine
   export_dir = FLAGS.export_dir or os.path.join(FLAGS.workdir, "export", "drafter")
-  s = pipeline.train_and_export_drafter(FLAGS.target_dir, make_d(cfg), hp, seqs, FLAGS.workdir, export_dir,
-                                        time_budget_s=FLAGS.time_budget_s or None, resume=FLAGS.resume,
-                                        progress=FLAGS.progress, mesh=mesh)
+  dcfg = make_d(cfg, num_layers=FLAGS.num_layers) if FLAGS.num_layers else make_d(cfg)
+  s = pipeline.train_and_export_drafter(FLAGS.target_dir, dcfg, hp, seqs, FLAGS.workdir, export_dir,
+                                        val_seqs=val_seqs, time_budget_s=FLAGS.time_budget_s or None,
+                                        resume=FLAGS.resume, progress=FLAGS.progress, mesh=mesh)
   if data_parallel.is_writer():
     print(f"drafter val loss {s['val_loss']:.4f}, estimated tau {s['val_tau_est']:.2f}; exported "
           f"{s['export_bytes'] / 2**20:.1f} MiB to {export_dir}")

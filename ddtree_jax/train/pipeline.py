@@ -24,15 +24,22 @@ Log = Callable[[str], None]
 
 
 def prepare_corpus(workdir: str, vocab_size: int, *, max_files: Optional[int] = None,
-                   stdlib_root: Optional[str] = None, log: Log = print) -> dict:
+                   stdlib_root: Optional[str] = None, tokenizer_path: Optional[str] = None, log: Log = print) -> dict:
   """Tokenizer + token streams of the three splits (reused when already in workdir).
 
   stdlib_root: the standard library to read (default: the running interpreter's, corpus.stdlib_root()).
+  tokenizer_path: an existing tokenizer.json (an exported target's) to encode with instead of training one;
+  a workdir whose tokenizer differs from it is refused.
   """
   os.makedirs(workdir, exist_ok=True)
   tok_path = os.path.join(workdir, "tokenizer.json")
   paths = {s: os.path.join(workdir, f"tokens_{s}.npy") for s in corpus.SPLITS}
+  if tokenizer_path is not None and not os.path.isfile(tokenizer_path):
+    raise FileNotFoundError(f"tokenizer {tokenizer_path} does not exist")
   if os.path.exists(tok_path) and all(os.path.exists(p) for p in paths.values()):
+    if tokenizer_path is not None and not _same_file_bytes(tokenizer_path, tok_path):
+      raise ValueError(f"{workdir}: its tokenizer.json differs from {tokenizer_path} (the target's); use another "
+                       "--workdir or remove its tokenizer.json and tokens_*.npy")
     tok = bpe.BPETokenizer.load(tok_path)
     streams = {s: np.load(p) for s, p in paths.items()}
     with open(os.path.join(workdir, "corpus.json")) as f:
@@ -46,8 +53,14 @@ def prepare_corpus(workdir: str, vocab_size: int, *, max_files: Optional[int] = 
   docs = {s: corpus.load_split(s, root=stdlib_root, max_files=max_files) for s in corpus.SPLITS}
   info = corpus.corpus_info(stdlib_root)
   info["files_used"] = {s: len(d) for s, d in docs.items()}
-  tok = bpe.train_bpe((t for _, t in docs["train"]), vocab_size, tok_path)
-  log(f"tokenizer: {tok.vocab_size} tokens trained on {len(docs['train'])} files in {time.perf_counter() - t0:.1f}s")
+  if tokenizer_path is not None:
+    import shutil
+    shutil.copyfile(tokenizer_path, tok_path)
+    tok = bpe.BPETokenizer.load(tok_path)
+    log(f"tokenizer: {tok.vocab_size} tokens from {tokenizer_path}")
+  else:
+    tok = bpe.train_bpe((t for _, t in docs["train"]), vocab_size, tok_path)
+    log(f"tokenizer: {tok.vocab_size} tokens trained on {len(docs['train'])} files in {time.perf_counter() - t0:.1f}s")
   streams = {}
   for s, d in docs.items():
     streams[s] = bpe.encode_documents(tok, [t for _, t in d])
@@ -58,6 +71,11 @@ def prepare_corpus(workdir: str, vocab_size: int, *, max_files: Optional[int] = 
   common.write_json(os.path.join(workdir, "corpus.json"), info)
   log(f"corpus: Python {info['python_version']} stdlib, tokens {info['tokens']} ({time.perf_counter() - t0:.1f}s)")
   return {"tokenizer": tok, "tokenizer_path": tok_path, "streams": streams, "info": info}
+
+
+def _same_file_bytes(a: str, b: str) -> bool:
+  with open(a, "rb") as fa, open(b, "rb") as fb:
+    return fa.read() == fb.read()
 
 
 def train_and_export_target(cfg, hp, data: dict, workdir: str, export_dir: str, *, time_budget_s=None,
@@ -143,11 +161,12 @@ def force_xla_kernels():
 
 def generate_drafter_data(engine, tok, train_stream: np.ndarray, workdir: str, *, num_prompts: int, prompt_len: int,
                           max_new_tokens: int, temperatures=(0.0, 1.0), batch: int = 256, seed: int = 0,
-                          time_budget_s: Optional[float] = None, resume: bool = True, log: Log = print):
-  """Continuations of train-split prompts by the target (half of the prompts per temperature); cached
-  in workdir/drafter_data.npz. Returns [(ids, prompt_len)]."""
+                          time_budget_s: Optional[float] = None, resume: bool = True, log: Log = print,
+                          cache_name: str = "drafter_data.npz"):
+  """Continuations of prompts from `train_stream` (a split's tokens) by the target (half of the prompts per
+  temperature); cached in workdir/`cache_name`. Returns [(ids, prompt_len)]."""
   from ddtree_jax.train import gen_data
-  path = os.path.join(workdir, "drafter_data.npz")
+  path = os.path.join(workdir, cache_name)
   if resume and os.path.exists(path):
     z = np.load(path)
     seqs = [(z["tokens"][i, :z["lengths"][i]].tolist(), int(z["starts"][i])) for i in range(len(z["lengths"]))]
@@ -183,8 +202,13 @@ def generate_drafter_data(engine, tok, train_stream: np.ndarray, workdir: str, *
 
 
 def train_and_export_drafter(target_dir: str, dcfg, hp, seqs, workdir: str, export_dir: str, *, time_budget_s=None,
-                             resume=False, progress=True, val_fraction=0.05, log: Log = print, mesh=None) -> dict:
-  """Trains the drafter (data parallel on `mesh` when given) against the exported target and exports it."""
+                             resume=False, progress=True, val_fraction=0.05, val_seqs=None, log: Log = print,
+                             mesh=None) -> dict:
+  """Trains the drafter (data parallel on `mesh` when given) against the exported target and exports it.
+
+  val_seqs: the validation sequences (e.g. continuations of val-split prompts, text neither the target nor
+  the drafter trained on); without them `val_fraction` of `seqs` is held out (continuations of train-split
+  prompts, which the target has memorised in part, so the estimate runs high)."""
   from ddtree_jax.train import export, gen_data
   from ddtree_jax.train.drafter_trainer import train_drafter
   from ddtree_jax.train.params import flat_params
@@ -192,12 +216,16 @@ def train_and_export_drafter(target_dir: str, dcfg, hp, seqs, workdir: str, expo
   tparams = flat_params(target)
   data = gen_data.pack(seqs, hp.seq_len, cfg.eos_token_id)
   n = len(data[0])
-  n_val = max(1, int(n * val_fraction))
-  rng = np.random.default_rng(0)
-  perm = rng.permutation(n)
-  val = tuple(a[perm[:n_val]] for a in data)
-  train = tuple(a[perm[n_val:]] for a in data)
-  log(f"drafter data: {len(train[0])} train / {len(val[0])} val sequences, "
+  if val_seqs:
+    train, val = data, gen_data.pack(val_seqs, hp.seq_len, cfg.eos_token_id)
+    val_source = "val-split prompts"
+  else:
+    n_val = max(1, int(n * val_fraction))
+    perm = np.random.default_rng(0).permutation(n)
+    val = tuple(a[perm[:n_val]] for a in data)
+    train = tuple(a[perm[n_val:]] for a in data)
+    val_source = f"{val_fraction:.0%} of the train-split continuations"
+  log(f"drafter data: {len(train[0])} train / {len(val[0])} val sequences ({val_source}), "
       f"{int(np.sum(train[1] - train[2]))} response tokens")
   res = train_drafter(cfg, tparams, dcfg, hp, train, os.path.join(workdir, "drafter"), val_data=val,
                       time_budget_s=time_budget_s, resume=resume, progress=progress, log=log, mesh=mesh)
@@ -205,6 +233,7 @@ def train_and_export_drafter(target_dir: str, dcfg, hp, seqs, workdir: str, expo
   summary = {"steps": h["step"][-1] + 1 if h["step"] else 0, "train_seconds": h.get("train_seconds"),
              "val_loss": h["val_loss"][-1] if h["val_loss"] else None,
              "val_tau_est": h["val_tau_est"][-1] if h["val_tau_est"] else None,
+             "val_source": val_source, "val_sequences": len(val[0]),
              "sequences": n, "response_tokens": int(np.sum(data[1] - data[2]))}
   host = data_parallel.to_host(res.params)
   if not data_parallel.is_writer():

@@ -71,7 +71,7 @@ def int4(cfg: ModelConfig) -> ModelConfig:
   return cfg.replace(quantization=Int4Quantization(num_bits=4, group_size=32, ignore=KIMI_IGNORE)).validate()
 
 
-def drafter_config(target: ModelConfig, *, num_layers: int = 3, block_size: int = 16,
+def drafter_config(target: ModelConfig, *, num_layers: int = 5, block_size: int = 16,
                    target_layer_ids: tuple[int, ...] = (1, 3, 5)) -> DFlashConfig:
   return DFlashConfig(
       vocab_size=target.vocab_size, hidden_size=target.hidden_size, num_hidden_layers=num_layers,

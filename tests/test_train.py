@@ -152,6 +152,25 @@ def test_tiny_drafter_run_exports_and_decodes_losslessly(tmp_path):
   assert a.token_ids == b.token_ids
 
 
+def test_drafter_validation_split():
+  """Validation data: the given val-split continuations (all generated data trains), or a seeded held-out
+  fraction of the generated data, disjoint from what trains."""
+  from ddtree_jax.train import gen_data, pipeline
+  seqs = [([i + 1] * (10 + i % 7), 4) for i in range(20)]     # 20 distinct sequences
+  data = gen_data.pack(seqs, 32, 0)
+  val_seqs = [([7] * 12, 3), ([8] * 15, 5)]
+  tr, va, src = pipeline.drafter_train_val(data, val_seqs, 0.05, 32, 0)
+  assert src == "val-split prompts" and len(tr[0]) == 20 and len(va[0]) == 2
+  np.testing.assert_array_equal(va[1], [12, 15])
+  np.testing.assert_array_equal(va[2], [3, 5])
+  tr, va, src = pipeline.drafter_train_val(data, None, 0.1, 32, 0)
+  assert src.startswith("10%") and len(va[0]) == 2 and len(tr[0]) == 18
+  rows = lambda part: {tuple(r) for r in part[0]}
+  assert not rows(tr) & rows(va) and rows(tr) | rows(va) == rows(data)
+  again = pipeline.drafter_train_val(data, None, 0.1, 32, 0)
+  np.testing.assert_array_equal(again[1][0], va[0])
+
+
 @pytest.mark.skipif(not os.path.exists(os.path.join(DEFAULT, "target", "config.json")),
                     reason="no embedded default checkpoint")
 def test_shipped_default_pair_layout():

@@ -8,7 +8,10 @@ positions k >= 1 against the true tokens, weighted exp(-(k-1)/gamma). The target
 embedding and lm_head) is frozen and recomputed inside the step (exact MoE, INT4 dequantised).
 AdamW (lr 6e-4, cosine, 4% warmup, clip 1.0), fp32 masters / bf16 compute, orbax checkpoints.
 Also reports `tau_est`: 1 + the mean number of leading block positions the drafter's argmax gets right
-(the DFlash acceptance length at T=0 if the target produced these sequences greedily).
+(the DFlash acceptance length at T=0 if the target produced these sequences greedily). It averages over
+random anchors in long continuations, whose greedy tails often repeat, so it runs well above the tau that
+ddtree-bench measures on short prompts (benchmarks/RESULTS.md: 11.3 estimated vs 3.14 measured); use it to
+compare checkpoints of one run, not as the acceptance rate.
 On a mesh (`mesh=`): data parallel (`train/data_parallel.py`), the frozen target placed by its rules.
 """
 from __future__ import annotations

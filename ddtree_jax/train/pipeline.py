@@ -201,14 +201,27 @@ def generate_drafter_data(engine, tok, train_stream: np.ndarray, workdir: str, *
   return seqs
 
 
+def drafter_train_val(data, val_seqs, val_fraction: float, seq_len: int, pad_id: int):
+  """(train, val, description) from packed sequences `data` (tokens, lengths, starts): with `val_seqs`, all of
+  `data` trains and `val_seqs` (packed) validates; otherwise a seeded `val_fraction` of `data` is held out."""
+  from ddtree_jax.train import gen_data
+  if val_seqs:
+    return data, gen_data.pack(val_seqs, seq_len, pad_id), "val-split prompts"
+  n = len(data[0])
+  n_val = max(1, int(n * val_fraction))
+  perm = np.random.default_rng(0).permutation(n)
+  return (tuple(a[perm[n_val:]] for a in data), tuple(a[perm[:n_val]] for a in data),
+          f"{val_fraction:.0%} of the train-split continuations")
+
+
 def train_and_export_drafter(target_dir: str, dcfg, hp, seqs, workdir: str, export_dir: str, *, time_budget_s=None,
                              resume=False, progress=True, val_fraction=0.05, val_seqs=None, log: Log = print,
                              mesh=None) -> dict:
   """Trains the drafter (data parallel on `mesh` when given) against the exported target and exports it.
 
-  val_seqs: the validation sequences (e.g. continuations of val-split prompts, text neither the target nor
-  the drafter trained on); without them `val_fraction` of `seqs` is held out (continuations of train-split
-  prompts, which the target has memorised in part, so the estimate runs high)."""
+  val_seqs: the validation sequences (e.g. greedy continuations of val-split prompts, text neither model trained
+  on); without them `val_fraction` of `seqs` is held out (continuations of the same train-split files that the
+  drafter trains on)."""
   from ddtree_jax.train import export, gen_data
   from ddtree_jax.train.drafter_trainer import train_drafter
   from ddtree_jax.train.params import flat_params
@@ -216,15 +229,7 @@ def train_and_export_drafter(target_dir: str, dcfg, hp, seqs, workdir: str, expo
   tparams = flat_params(target)
   data = gen_data.pack(seqs, hp.seq_len, cfg.eos_token_id)
   n = len(data[0])
-  if val_seqs:
-    train, val = data, gen_data.pack(val_seqs, hp.seq_len, cfg.eos_token_id)
-    val_source = "val-split prompts"
-  else:
-    n_val = max(1, int(n * val_fraction))
-    perm = np.random.default_rng(0).permutation(n)
-    val = tuple(a[perm[:n_val]] for a in data)
-    train = tuple(a[perm[n_val:]] for a in data)
-    val_source = f"{val_fraction:.0%} of the train-split continuations"
+  train, val, val_source = drafter_train_val(data, val_seqs, val_fraction, hp.seq_len, cfg.eos_token_id)
   log(f"drafter data: {len(train[0])} train / {len(val[0])} val sequences ({val_source}), "
       f"{int(np.sum(train[1] - train[2]))} response tokens")
   res = train_drafter(cfg, tparams, dcfg, hp, train, os.path.join(workdir, "drafter"), val_data=val,

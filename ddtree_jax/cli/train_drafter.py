@@ -7,8 +7,9 @@ public DFlash format.
   ddtree-train-drafter ... --resume          # reuses the generated data and the latest orbax checkpoint
   ddtree-train-drafter ... --mesh=8x1 --batch=64
 
-Writes workdir/{drafter_data.npz, drafter/ (orbax, history, loss and tau PNGs), drafter_summary.json}
-and the drafter to --export_dir (default workdir/export/drafter).
+Validation: greedy continuations of --val_prompts val-split prompts (text neither model trained on).
+Writes workdir/{drafter_data.npz, drafter_val_data.npz, drafter/ (orbax, history, loss and tau PNGs),
+drafter_summary.json} and the drafter to --export_dir (default workdir/export/drafter).
 Data parallel on all visible devices by default (--mesh=DATAxMODEL to choose; --batch must divide by DATA;
 the continuations are generated on the same mesh); several hosts: the jax.distributed flags, the same
 command on each, workdir on a filesystem all of them see.

@@ -123,6 +123,8 @@ def test_greedy_decode_with_cache(case):
 
 
 DEFAULT_GOLDEN = os.path.join(GOLDEN, "default_target.npz")
+DEFAULT_TARGET = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "checkpoints", "default",
+                              "target")
 
 
 @pytest.mark.skipif(not os.path.exists(DEFAULT_GOLDEN), reason="no golden file of the shipped target")
@@ -134,8 +136,7 @@ def test_shipped_default_target_matches_transformers():
   from ddtree_jax.sampling import SamplingParams
   g = dict(np.load(DEFAULT_GOLDEN))
   with jax.default_matmul_precision("highest"):
-    model, cfg = load_target(os.path.join(os.path.dirname(os.path.dirname(__file__)), "checkpoints", "default",
-                                          "target"), dtype=jnp.float32)
+    model, cfg = load_target(DEFAULT_TARGET, dtype=jnp.float32)
     assert cfg.experts_int4
     out = _forward(model, cfg, g["input_ids"], absorbed=True)
     assert _rel(out.logits, g["logits"]) < REL_TOL      # measured 5.9e-7; the bf16 model is 5.5e-3 off

@@ -142,13 +142,10 @@ def main():
       pipeline.generate_drafter_data, engine, tok, data["streams"]["train"], work, num_prompts=n_prompts,
       prompt_len=32 if args.smoke else 64, max_new_tokens=48 if args.smoke else 384,
       batch=32 if args.smoke else args.gen_batch, time_budget_s=args.gen_s, resume=False, log=log)
-  val_seqs = None
-  if args.val_prompts:
-    val_seqs = pipeline.with_xla_kernels(
-        pipeline.generate_drafter_data, engine, tok, data["streams"]["val"], work,
-        num_prompts=16 if args.smoke else args.val_prompts, prompt_len=32 if args.smoke else 64,
-        max_new_tokens=48 if args.smoke else 384, temperatures=(0.0,), batch=32 if args.smoke else args.gen_batch,
-        resume=False, log=log, cache_name="drafter_val_data.npz", seed=1)
+  val_seqs = pipeline.with_xla_kernels(
+      pipeline.generate_drafter_val_data, engine, tok, data["streams"]["val"], work,
+      num_prompts=16 if args.smoke and args.val_prompts else args.val_prompts, prompt_len=32 if args.smoke else 64,
+      max_new_tokens=48 if args.smoke else 384, batch=32 if args.smoke else args.gen_batch, resume=False, log=log)
   results["generation"] = {"sequences": len(seqs), "tokens": int(sum(len(s) - p for s, p in seqs)),
                            "val_sequences": len(val_seqs or ()), "seconds_budget": args.gen_s}
   del engine, target

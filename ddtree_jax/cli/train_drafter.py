@@ -83,12 +83,9 @@ def main(argv):
       prompt_len=FLAGS.prompt_len, max_new_tokens=FLAGS.max_new_tokens,
       temperatures=tuple(float(t) for t in FLAGS.temperatures), batch=FLAGS.gen_batch,
       time_budget_s=FLAGS.gen_time_budget_s or None, resume=FLAGS.resume)
-  val_seqs = None
-  if FLAGS.val_prompts:
-    val_seqs = pipeline.generate_drafter_data(
-        engine, tok, data["streams"]["val"], FLAGS.workdir, num_prompts=FLAGS.val_prompts,
-        prompt_len=FLAGS.prompt_len, max_new_tokens=FLAGS.max_new_tokens, temperatures=(0.0,),
-        batch=FLAGS.gen_batch, resume=FLAGS.resume, cache_name="drafter_val_data.npz", seed=1)
+  val_seqs = pipeline.generate_drafter_val_data(
+      engine, tok, data["streams"]["val"], FLAGS.workdir, num_prompts=FLAGS.val_prompts,
+      prompt_len=FLAGS.prompt_len, max_new_tokens=FLAGS.max_new_tokens, batch=FLAGS.gen_batch, resume=FLAGS.resume)
   del target, engine
   export_dir = FLAGS.export_dir or os.path.join(FLAGS.workdir, "export", "drafter")
   dcfg = make_d(cfg, num_layers=FLAGS.num_layers) if FLAGS.num_layers else make_d(cfg)

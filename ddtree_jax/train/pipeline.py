@@ -8,6 +8,7 @@ writes the files other than the orbax checkpoints.
 """
 from __future__ import annotations
 
+import filecmp
 import json
 import math
 import os
@@ -37,7 +38,7 @@ def prepare_corpus(workdir: str, vocab_size: int, *, max_files: Optional[int] = 
   if tokenizer_path is not None and not os.path.isfile(tokenizer_path):
     raise FileNotFoundError(f"tokenizer {tokenizer_path} does not exist")
   if os.path.exists(tok_path) and all(os.path.exists(p) for p in paths.values()):
-    if tokenizer_path is not None and not _same_file_bytes(tokenizer_path, tok_path):
+    if tokenizer_path is not None and not filecmp.cmp(tokenizer_path, tok_path, shallow=False):
       raise ValueError(f"{workdir}: its tokenizer.json differs from {tokenizer_path} (the target's); use another "
                        "--workdir or remove its tokenizer.json and tokens_*.npy")
     tok = bpe.BPETokenizer.load(tok_path)
@@ -71,11 +72,6 @@ def prepare_corpus(workdir: str, vocab_size: int, *, max_files: Optional[int] = 
   common.write_json(os.path.join(workdir, "corpus.json"), info)
   log(f"corpus: Python {info['python_version']} stdlib, tokens {info['tokens']} ({time.perf_counter() - t0:.1f}s)")
   return {"tokenizer": tok, "tokenizer_path": tok_path, "streams": streams, "info": info}
-
-
-def _same_file_bytes(a: str, b: str) -> bool:
-  with open(a, "rb") as fa, open(b, "rb") as fb:
-    return fa.read() == fb.read()
 
 
 def train_and_export_target(cfg, hp, data: dict, workdir: str, export_dir: str, *, time_budget_s=None,
@@ -199,6 +195,18 @@ def generate_drafter_data(engine, tok, train_stream: np.ndarray, workdir: str, *
     np.savez(path, tokens=toks, lengths=np.asarray([len(s) for s, _ in seqs], np.int32),
              starts=np.asarray([p for _, p in seqs], np.int32))
   return seqs
+
+
+def generate_drafter_val_data(engine, tok, val_stream: np.ndarray, workdir: str, *, num_prompts: int,
+                              prompt_len: int, max_new_tokens: int, batch: int = 256, resume: bool = True,
+                              log: Log = print):
+  """The drafter's validation set: greedy continuations of `num_prompts` prompts from the val split (text
+  neither model trained on), cached in workdir/drafter_val_data.npz. None when num_prompts is 0."""
+  if not num_prompts:
+    return None
+  return generate_drafter_data(engine, tok, val_stream, workdir, num_prompts=num_prompts, prompt_len=prompt_len,
+                               max_new_tokens=max_new_tokens, temperatures=(0.0,), batch=batch, seed=1,
+                               resume=resume, log=log, cache_name="drafter_val_data.npz")
 
 
 def drafter_train_val(data, val_seqs, val_fraction: float, seq_len: int, pad_id: int):

@@ -130,8 +130,10 @@ def plot_bench(records: list[dict], path: str, title: str = "") -> Optional[str]
       axes[1].axhline(df[0]["tokens_per_s"], ls="--", color=line.get_color(), label=f"DFlash T={t:g}")
     if ar:
       axes[1].axhline(ar[0]["tokens_per_s"], ls=":", color=line.get_color(), label=f"AR T={t:g}")
+  has_budgets = any(r["mode"] == "ddtree" for r in records)
   for ax, yl in ((axes[0], "tau (tokens / round)"), (axes[1], "tokens / s (batch 1)")):
-    ax.set_xscale("log", base=2)
+    if has_budgets:            # without DDTree runs there is no budget axis (only the DFlash/AR lines)
+      ax.set_xscale("log", base=2)
     ax.set_xlabel("DDTree budget N")
     ax.set_ylabel(yl)
     ax.grid(alpha=0.3)

@@ -31,6 +31,8 @@ from custom_calls.mla_attention.pallas_triton import mla_attention_pallas, defau
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 from custom_calls.moe_int4.pallas_splitk import (BLOCK_M, default_splitk_blocks, routed_experts_int4_splitk,
                                                  splitk_from_routes)
+from custom_calls.moe_int4 import routed_experts_int4
+from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_triton import route
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
@@ -269,11 +271,26 @@ PLANAR_SWEEP = {
 }
 
 
+MOE_KERNELS = {"splitk": routed_experts_int4_splitk, "gemv": routed_experts_int4_gemv,
+               "grouped": routed_experts_int4_pallas}
+
+
+def gemv_sweep():
+  gv = lambda **kw: dict(kernel="gemv", **kw)
+  return [gv(), gv(block_n=8), gv(block_n=2, block_n_down=4), gv(block_n_down=16), gv(num_warps=8),
+          gv(num_warps=2), gv(block_k=512), gv(num_stages=3), gv(num_stages=1),
+          gv(block_n=8, block_n_down=16, num_warps=8)]
+
+
 def moe_sweep(smoke):
-  """{M rows: [config]}; a config with kernel='splitk' runs pallas_splitk, otherwise pallas_triton."""
+  """{M rows: [config]}; config['kernel'] picks pallas_splitk, pallas_gemv or (default) pallas_triton."""
   if smoke:
-    return [1, 8, 40], {1: [dict(kernel="splitk", block_k=128, splits_up=2, splits_down=1)],
-                        8: [dict(block_m=16, block_n=32, block_k=64), dict(kernel="splitk", block_k=128)]}
+    return [1, 8, 40], {1: [dict(kernel="splitk", block_k=128, splits_up=2, splits_down=1),
+                            dict(kernel="gemv", block_k=128)],
+                        8: [dict(block_m=16, block_n=32, block_k=64), dict(kernel="splitk", block_k=128),
+                            dict(kernel="gemv", block_k=128, sort_pairs=True)]}
+  gv = gemv_sweep()
+  sorted_gv = [dict(c, sort_pairs=True) for c in gv[:4]] + [dict(c, sort_pairs=False) for c in gv[:2]]
   sk = lambda **kw: dict(kernel="splitk", **kw)
   tiny = [sk(), sk(splits_up=28, splits_down=8), sk(splits_up=7, splits_down=4), sk(block_n=128),
           sk(num_warps=2), sk(block_k=512, splits_up=14, splits_down=4)]
@@ -285,11 +302,13 @@ def moe_sweep(smoke):
                  dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3),
                  dict(block_m=64, block_n=256, block_k=64, num_warps=8, num_stages=4)]
   return [1, 8, 64, 512, 16, 128, 4096], {
-      1: tiny, 8: tiny, 16: mid + grouped_small, 64: mid + grouped_small, 128: big + grouped_small,
-      512: big + grouped_small, 4096: grouped_big}
+      1: tiny + gv, 8: tiny + gv, 16: mid + grouped_small + sorted_gv, 64: mid + grouped_small + sorted_gv,
+      128: big + grouped_small + sorted_gv, 512: big + grouped_small, 4096: grouped_big}
 
 
-def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False):
+def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernels=None, baselines=True):
+  """rows: the M values to run (default: all of the sweep); kernels: which families of the sweep to time
+  (default all; 'default' = the dispatch's defaults); baselines: time ragged_dot and the XLA reference too."""
   if smoke:
     e, d, inter = 6, 256, 128
   else:
@@ -298,6 +317,10 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False):
   if planar_only and not smoke:
     ms = [1, 8, 64, 512, 4096]
     sweep = PLANAR_SWEEP
+  if rows:
+    ms = rows
+  if kernels:
+    sweep = {m: [c for c in cfgs if c.get("kernel", "grouped") in kernels] for m, cfgs in sweep.items()}
   base = moe_inputs(0, max(ms), e, d, inter)
   experts = base[3:]
   # bf16 weights for the ragged_dot baseline: [E, D, I] gate/up, [E, I, D] down.
@@ -323,11 +346,15 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False):
                  roofline_s=max(bytes_ / copy_bw, flops / mm))
       ref = routed_experts_int4_reference(*args, expert_offset=0)
       best = None
-      for cfg in ([] if planar_only and not smoke else [dict()]) + sweep.get(m, []):
+      with_default = not (planar_only and not smoke) and (not kernels or "default" in kernels)
+      for cfg in ([dict(kernel="default")] if with_default else []) + sweep.get(m, []):
         try:
           kw = {k: v for k, v in cfg.items() if k != "kernel"}
-          kernel = routed_experts_int4_splitk if cfg.get("kernel") == "splitk" else routed_experts_int4_pallas
-          fn = functools.partial(kernel, expert_offset=0, interpret=smoke, **kw)
+          if cfg.get("kernel") == "default":           # what the model runs: routed_experts_int4's choice
+            fn = functools.partial(routed_experts_int4, expert_offset=0,
+                                   impl="pallas_interpret" if smoke else "pallas")
+          else:
+            fn = functools.partial(MOE_KERNELS[cfg.get("kernel", "grouped")], expert_offset=0, interpret=smoke, **kw)
           err = rel_err(jax.jit(fn)(*args), ref)
           dt = timeit(fn, arg_sets)
           rec = dict(cfg=cfg, err=err, time_s=dt)
@@ -336,7 +363,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False):
             best = rec
         except Exception as e_:  # noqa: BLE001
           row.setdefault("configs", []).append(dict(cfg=cfg, error=repr(e_)[:400]))
-      if planar_only:
+      if planar_only or not baselines:
         pass
       else:
        try:
@@ -438,6 +465,9 @@ def main():
   ap.add_argument("--smoke", action="store_true", help="tiny shapes, Pallas interpreter (CPU dry run)")
   ap.add_argument("--only", choices=["mla", "moe", "moe_parts", "all"], default="all")
   ap.add_argument("--moe-planar-only", action="store_true", help="MoE: only the planar-dequant configs, no baselines")
+  ap.add_argument("--moe-rows", default="", help="MoE: comma-separated token counts (default: the whole sweep)")
+  ap.add_argument("--moe-kernels", default="", help="MoE: kernel families to time, e.g. gemv,default")
+  ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")
   a = ap.parse_args()
   log(f"jax {jax.__version__}, backend {jax.default_backend()}, devices {jax.devices()}")
@@ -446,7 +476,9 @@ def main():
   if a.only in ("moe_parts", "all"):
     bench_moe_parts(a.smoke)
   if a.only in ("moe", "all"):
-    bench_moe(copy_bw, mm, a.smoke, a.budget if a.only == "moe" else a.budget * 0.42, a.moe_planar_only)
+    bench_moe(copy_bw, mm, a.smoke, a.budget if a.only == "moe" else a.budget * 0.42, a.moe_planar_only,
+              rows=[int(v) for v in a.moe_rows.split(",") if v], kernels=[v for v in a.moe_kernels.split(",") if v],
+              baselines=not a.no_baselines)
   if a.only in ("mla", "all"):
     bench_mla(copy_bw, mm, a.smoke, a.budget)
   t = table()

@@ -93,7 +93,7 @@ def test_dispatch():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("kernel", ["grouped", "splitk"])
+@pytest.mark.parametrize("kernel", ["grouped", "splitk", "gemv"])
 @pytest.mark.parametrize("n", [1, 64, 600])
 def test_gpu_kernel(n, kernel):
   e, d, inter = 48, 7168, 2048
@@ -109,6 +109,9 @@ def test_gpu_kernel(n, kernel):
   if kernel == "splitk":
     from custom_calls.moe_int4.pallas_splitk import routed_experts_int4_splitk
     out = routed_experts_int4_splitk(x, ids, w, *experts, 0)
+  elif kernel == "gemv":
+    from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+    out = routed_experts_int4_gemv(x, ids, w, *experts, 0)
   else:
     out = routed_experts_int4_pallas(x, ids, w, *experts, 0)
   assert rel_err(out, reference_f32(x, ids, w, experts, 0)) < 1e-2
@@ -144,3 +147,43 @@ def test_splitk_through_dispatch_repeated_experts_and_traced_offset():
   out = f(jnp.int32(offset))
   assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < 1e-5
   np.testing.assert_array_equal(np.asarray(out[1]), 0.0)
+
+
+GEMV_CASES = [
+    # (tokens, top-k, global experts, local experts, expert_offset, dtype, D, I, kernel options)
+    (5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, sort_pairs=False)),            # shard, token order
+    (9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, dict(block_k=128, block_n=8, sort_pairs=True)),  # bf16, sorted pairs
+]
+
+
+@pytest.mark.parametrize("n,k,e_total,e_local,offset,dtype,d,inter,opts", GEMV_CASES)
+def test_gemv_matches_reference(n, k, e_total, e_local, offset, dtype, d, inter, opts):
+  """The few-token kernels (column-tile programs looping over the pairs, CUDA-core dequantisation)."""
+  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+  x, ids, w, experts = make_inputs(n * 3 + k, n, k, e_total, e_local, d, inter, dtype)
+  out = routed_experts_int4_gemv(x, ids, w, *experts, offset, interpret=True, **opts)
+  assert out.shape == x.shape and out.dtype == dtype
+  tol = 1e-5 if dtype == jnp.float32 else 1e-2
+  assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < tol
+
+
+@pytest.mark.parametrize("sort_pairs", [False, True])
+def test_gemv_repeated_experts_no_local_expert_and_traced_offset(sort_pairs):
+  """A token routed twice to one expert counts twice, a token with no local expert gives an exact zero
+  row (the down kernel writes every row), and the offset may be traced."""
+  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+  ids = np.array([[4, 4, 1, 7], [0, 1, 2, 11], [6, 9, 9, 3]])   # token 1: nothing in [4, 10)
+  x, ids, w, experts = make_inputs(13, 3, 4, 12, 6, 256, 256, jnp.float32, ids=ids)
+  f = jax.jit(lambda off: routed_experts_int4_gemv(x, ids, w, *experts, off, block_k=128, sort_pairs=sort_pairs,
+                                                   interpret=True))
+  out = f(jnp.int32(4))
+  assert rel_err(out, reference_f32(x, ids, w, experts, 4)) < 1e-5
+  np.testing.assert_array_equal(np.asarray(out[1]), 0.0)
+
+
+def test_gemv_activation_planes():
+  from custom_calls.moe_int4.pallas_gemv import activation_planes
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 64)), jnp.float32)
+  xp = np.asarray(activation_planes(x))                                  # [2, 8, 8]
+  for j in range(8):
+    np.testing.assert_array_equal(xp[:, j, :], np.asarray(x)[:, j::8] * 2.0 ** (-4 * (j % 4)))

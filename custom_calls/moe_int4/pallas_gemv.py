@@ -1,0 +1,208 @@
+"""INT4 MoE for a few tokens (decode, small draft trees): column-tile programs that loop over the pairs.
+
+At a few (token, expert) pairs per device the step reads each hit expert's INT4 words once (24.8 MB per
+K2.6 expert) and does almost no arithmetic per byte, so it must stream at HBM speed, and the
+dequantisation must cost fewer instructions than the bytes take to arrive (about 22 weights per cycle
+per SM on an H200). This path has no tensor-core dots, no routing sort and no atomics:
+
+- Grid = column tiles only: program j owns output columns [j*BN, (j+1)*BN) of every pair (gate/up: of
+  h; down: of the output). It loops over the pairs itself, so the grid is the same at 1 and 64 tokens
+  and nothing is launched for pairs routed to other devices. For each local pair it streams its
+  expert's [BN, K] word tile and reduces it against the pair's activations on the CUDA cores
+  (a GEMV: per weight one LOP3, one FADD, one FFMA; the group scale is one FFMA per word).
+- Activations arrive as nibble planes: plane j, word w holds column 8w + j, pre-multiplied by
+  2**-(4 (j mod 4)) (exact), so that `_nibble_planes`' (nib - 8) * 2**e weights need no shift back.
+  x is rearranged by XLA (`activation_planes`, [N, D] -> [N, 8, D/8]); h is written by the gate/up
+  kernel straight in that layout.
+- Down: program j walks tokens in order and their top-k pairs, summing weight * y in registers, and
+  writes out[token, tile] once: every output element is written exactly once, no zero-fill.
+- Optionally (`sort_pairs`, for tens of tokens) the gate/up kernel visits the local pairs sorted by expert,
+  so that pairs sharing an expert read its tile back to back (L1/L2 hits) and the loop stops at the
+  last local pair.
+
+Numerics: weights are exact ((nib - 8) * scale in fp32), products and sums fp32; h is rounded to the
+activation dtype before the down projection, as in the reference.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from custom_calls.moe_int4.pallas_splitk import _nibble_planes
+
+
+def plane_scale(j):
+  """2**-(4 (j mod 4)) for integer j (array or int), exactly: built from the float32 exponent bits."""
+  return lax.bitcast_convert_type(((127 - 4 * (j & 3)) << 23).astype(jnp.int32), jnp.float32)
+
+
+def activation_planes(x):
+  """x: [N, D] -> f32 [N, 8, D/8]: [n, j, w] = x[n, 8w + j] * 2**-(4 (j mod 4))."""
+  n, d = x.shape
+  scale = plane_scale(jnp.arange(8, dtype=jnp.int32))                                  # [8]
+  return jnp.swapaxes(x.astype(jnp.float32).reshape(n, d // 8, 8) * scale, 1, 2)
+
+
+def _tile_gemv(mats, e, n0, act_ref, row, num_chunks, *, block_n, block_k, group_size):
+  """For each (w_ref, s_ref) in mats: sum_k act[row, k] * W[e, n0 + i, k], i < BN -> f32 [BN].
+
+  w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; act_ref: f32 [rows, 8, K/8] nibble planes.
+  num_chunks: chunks of BK columns to sum.
+  """
+  bk8 = block_k // 8
+  w_idx = jnp.arange(bk8, dtype=jnp.int32)
+  rows = n0 + jnp.arange(block_n, dtype=jnp.int32)
+
+  def body(c, accs):
+    kw0 = c * bk8
+    acts = [act_ref[row, j, pl.ds(kw0, bk8)] for j in range(8)]                          # 8 x [BK/8]
+    out = []
+    for (w_ref, s_ref), acc in zip(mats, accs):
+      words = w_ref[e, pl.ds(n0, block_n), pl.ds(kw0, bk8)]                              # [BN, BK/8]
+      # column 8w + j lies in group 8w // g for every j (g >= 8)
+      scale = s_ref[e, rows[:, None], ((kw0 + w_idx) * 8 // group_size)[None, :]].astype(jnp.float32)
+      part = None
+      for j, (q, _) in enumerate(_nibble_planes(words)):
+        term = q * acts[j][None, :]
+        part = term if part is None else part + term
+      out.append(acc + part * scale)
+    return tuple(out)
+
+  zeros = jnp.zeros((block_n, bk8), jnp.float32)
+  accs = lax.fori_loop(0, num_chunks, body, tuple(zeros for _ in mats))
+  return [jnp.sum(acc, axis=1) for acc in accs]
+
+
+def _gate_up_kernel(off_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, *,
+                    top_k, num_local, block_n, block_k, group_size, h_dtype):
+  """Program j: columns [j*BN, (j+1)*BN) of h for every local pair.
+
+  off: [1] i32 expert offset; count: [1] i32 pairs to visit; order: [P] i32 pair visiting order;
+  ids: [P] i32 global expert id per pair (P = N * top_k, token-major); xp: f32 [N, 8, D/8];
+  gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8, I/8] (rows of non-local pairs unwritten).
+  """
+  n0 = pl.program_id(0) * block_n
+  chunks = xp_ref.shape[2] // (block_k // 8)
+
+  def visit(i, carry):
+    p = order_ref[i]
+    e = ids_ref[p] - off_ref[0]
+
+    @pl.when((e >= 0) & (e < num_local))
+    def _():
+      g, u = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref, p // top_k, chunks,
+                        block_n=block_n, block_k=block_k, group_size=group_size)
+      h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype).astype(jnp.float32)                # [BN]
+      cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
+      hp_ref[p, cols & 7, cols >> 3] = h * plane_scale(cols)
+    return carry
+
+  lax.fori_loop(0, count_ref[0], visit, 0)
+
+
+def _down_kernel(off_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
+                 block_k, group_size):
+  """Program j: out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs.
+
+  ids/wts: [P] (token-major); hp: f32 [P, 8, I/8]; dw: int32 [E, D, I/8]; ds: [E, D, I/g]; out: [N, D].
+  """
+  n0 = pl.program_id(0) * block_n
+  chunks = hp_ref.shape[2] // (block_k // 8)
+
+  def token(t, carry):
+    def pair(k, acc):
+      p = t * top_k + k
+      e = ids_ref[p] - off_ref[0]
+      local = (e >= 0) & (e < num_local)
+      def add_pair():
+        (y,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, p, chunks, block_n=block_n, block_k=block_k,
+                          group_size=group_size)
+        return acc + wts_ref[p] * y
+      return lax.cond(local, add_pair, lambda: acc)
+
+    acc = lax.fori_loop(0, top_k, pair, jnp.zeros((block_n,), jnp.float32))
+    out_ref[t, pl.ds(n0, block_n)] = acc.astype(out_ref.dtype)
+    return carry
+
+  lax.fori_loop(0, out_ref.shape[0], token, 0)
+
+
+def default_gemv_blocks(num_tokens):
+  """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs) for the K2.6 shard
+  (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512 gate/up tiles)."""
+  return 4, 8, 1024, 4, 2, num_tokens > 8
+
+
+def supported(x, gate_packed, down_packed, group_size, block_k=1024):
+  e, inter, d8 = gate_packed.shape
+  d = d8 * 8
+  bk = min(block_k, d, inter)
+  return (x.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and group_size in (8, 16, 32, 64, 128)
+          and bk >= 128 and d % bk == 0 and inter % bk == 0 and inter % 64 == 0 and d % 64 == 0
+          and down_packed.shape == (e, d, inter // 8))
+
+
+@functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
+                                             "num_stages", "sort_pairs", "interpret"))
+def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
+                             down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
+                             block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
+                             interpret=False):
+  """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
+
+  x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
+  gate_packed/up_packed: int32 [E, I, D/8]; gate_scale/up_scale: [E, I, D/g];
+  down_packed: int32 [E, D, I/8]; down_scale: [E, D, I/g]. expert_offset may be traced (shard_map).
+  block_n / block_n_down: output columns per program (gate/up, down); block_k: columns per loop step.
+  Returns [N, D] in x.dtype.
+  """
+  n, d = x.shape
+  top_k = expert_ids.shape[1]
+  e, inter, _ = gate_packed.shape
+  dbn, dbnd, dbk, dnw, dns, dsort = default_gemv_blocks(n)
+  block_n, block_n_down = block_n or dbn, block_n_down or dbnd
+  block_k = min(block_k or dbk, d, inter)
+  num_warps, num_stages = num_warps or dnw, num_stages or dns
+  sort_pairs = dsort if sort_pairs is None else sort_pairs
+  if not supported(x, gate_packed, down_packed, group_size, block_k):
+    raise ValueError(f"routed_experts_int4_gemv: unsupported shapes x {x.shape} {x.dtype}, gate_packed "
+                     f"{gate_packed.shape}, down_packed {down_packed.shape}, group {group_size}, block_k {block_k} "
+                     "(need D and I multiples of block_k >= 128 and of 64)")
+  if inter % block_n or d % block_n_down:
+    raise ValueError(f"routed_experts_int4_gemv: block_n {block_n} must divide I = {inter} and block_n_down "
+                     f"{block_n_down} must divide D = {d}")
+  if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
+    raise ValueError(f"routed_experts_int4_gemv: scales {gate_scale.shape}, {down_scale.shape} do not match "
+                     f"group_size {group_size}")
+  p = n * top_k
+  ids = expert_ids.reshape(p).astype(jnp.int32)
+  off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
+  if sort_pairs:
+    local = ids - off[0]
+    is_local = (local >= 0) & (local < e)
+    order = jnp.argsort(jnp.where(is_local, local, e), stable=True).astype(jnp.int32)
+    count = jnp.sum(is_local.astype(jnp.int32)).reshape(1)
+  else:
+    order = jnp.arange(p, dtype=jnp.int32)
+    count = jnp.full((1,), p, jnp.int32)
+  params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+  common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size)
+
+  hp = pl.pallas_call(
+      functools.partial(_gate_up_kernel, block_n=block_n, h_dtype=x.dtype, **common),
+      grid=(inter // block_n,),
+      out_shape=jax.ShapeDtypeStruct((p, 8, inter // 8), jnp.float32),
+      compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
+  )(off, count, order, ids, activation_planes(x), gate_packed, gate_scale, up_packed, up_scale)
+
+  return pl.pallas_call(
+      functools.partial(_down_kernel, block_n=block_n_down, **common),
+      grid=(d // block_n_down,),
+      out_shape=jax.ShapeDtypeStruct((n, d), x.dtype),
+      compiler_params=params, interpret=interpret, name="moe_int4_down_gemv",
+  )(off, ids, expert_weights.reshape(p).astype(jnp.float32), hp, down_packed, down_scale)

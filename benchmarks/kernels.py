@@ -279,7 +279,7 @@ def gemv_sweep():
   gv = lambda **kw: dict(kernel="gemv", **kw)
   return [gv(), gv(block_n=8), gv(block_n=2, block_n_down=4), gv(block_n_down=16), gv(num_warps=8),
           gv(num_warps=2), gv(block_k=512), gv(num_stages=3), gv(num_stages=1),
-          gv(block_n=8, block_n_down=16, num_warps=8)]
+          gv(block_n=8, block_n_down=16, num_warps=8), gv(sort_pairs=True, rows_per_run=1)]
 
 
 def moe_sweep(smoke):
@@ -290,7 +290,8 @@ def moe_sweep(smoke):
                         8: [dict(block_m=16, block_n=32, block_k=64), dict(kernel="splitk", block_k=128),
                             dict(kernel="gemv", block_k=128, sort_pairs=True)]}
   gv = gemv_sweep()
-  sorted_gv = [dict(c, sort_pairs=True) for c in gv[:4]] + [dict(c, sort_pairs=False) for c in gv[:2]]
+  sorted_gv = ([dict(c, sort_pairs=True, rows_per_run=r) for c in gv[:4] for r in (1, 2, 4)]
+               + [dict(c, sort_pairs=False, rows_per_run=1) for c in gv[:2]])
   sk = lambda **kw: dict(kernel="splitk", **kw)
   tiny = [sk(), sk(splits_up=28, splits_down=8), sk(splits_up=7, splits_down=4), sk(block_n=128),
           sk(num_warps=2), sk(block_k=512, splits_up=14, splits_down=4)]

@@ -63,6 +63,7 @@ def moe_args(n, e=8, d=1024, inter=512, dtype=jnp.bfloat16):
 MOE_KERNELS = {
     "gemv_token_order": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=False),
     "gemv_sorted": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True),
+    "gemv_sorted_runs": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True, rows_per_run=4),
     "splitk": lambda *a: routed_experts_int4_splitk(*a, 0),
     "grouped": lambda *a: routed_experts_int4_pallas(*a, 0),
     "grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256),

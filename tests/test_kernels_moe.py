@@ -153,6 +153,8 @@ GEMV_CASES = [
     # (tokens, top-k, global experts, local experts, expert_offset, dtype, D, I, kernel options)
     (5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, sort_pairs=False)),            # shard, token order
     (9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, dict(block_k=128, block_n=8, sort_pairs=True)),  # bf16, sorted pairs
+    (9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=True, rows_per_run=4)),  # runs of 4 rows
+    (9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=False, rows_per_run=2)),  # runs, token order
 ]
 
 
@@ -167,15 +169,15 @@ def test_gemv_matches_reference(n, k, e_total, e_local, offset, dtype, d, inter,
   assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < tol
 
 
-@pytest.mark.parametrize("sort_pairs", [False, True])
-def test_gemv_repeated_experts_no_local_expert_and_traced_offset(sort_pairs):
+@pytest.mark.parametrize("sort_pairs,rows_per_run", [(False, 1), (True, 1), (True, 2)])
+def test_gemv_repeated_experts_no_local_expert_and_traced_offset(sort_pairs, rows_per_run):
   """A token routed twice to one expert counts twice, a token with no local expert gives an exact zero
   row (the down kernel writes every row), and the offset may be traced."""
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
   ids = np.array([[4, 4, 1, 7], [0, 1, 2, 11], [6, 9, 9, 3]])   # token 1: nothing in [4, 10)
   x, ids, w, experts = make_inputs(13, 3, 4, 12, 6, 256, 256, jnp.float32, ids=ids)
   f = jax.jit(lambda off: routed_experts_int4_gemv(x, ids, w, *experts, off, block_k=128, sort_pairs=sort_pairs,
-                                                   interpret=True))
+                                                   rows_per_run=rows_per_run, interpret=True))
   out = f(jnp.int32(4))
   assert rel_err(out, reference_f32(x, ids, w, experts, 4)) < 1e-5
   np.testing.assert_array_equal(np.asarray(out[1]), 0.0)

@@ -48,19 +48,24 @@ def activation_planes(x):
   return jnp.swapaxes(x.astype(jnp.float32).reshape(n, d // 8, 8) * scale, 1, 2)
 
 
-def _tile_gemv(mats, e, n0, act_ref, row, num_chunks, *, block_n, block_k, group_size):
-  """For each (w_ref, s_ref) in mats: sum_k act[row, k] * W[e, n0 + i, k], i < BN -> f32 [BN].
+def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, *, block_n, block_k, group_size):
+  """For each (w_ref, s_ref) in mats: sum_k act[row_r, k] * W[e, n0 + i, k] -> f32 [R, BN] (rows r < R).
 
-  w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; act_ref: f32 [rows, 8, K/8] nibble planes.
-  num_chunks: chunks of BK columns to sum.
+  w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; act_ref: f32 [rows, 8 * K/8] nibble planes (plane j at
+  columns [j*K/8, (j+1)*K/8)); act_rows: [R] i32 rows of act_ref; act_ok: [R] bool (False -> zero row).
+  Every row shares one dequantisation of the [BN, BK/8] word tile.
   """
   bk8 = block_k // 8
+  k8 = act_ref.shape[1] // 8
   w_idx = jnp.arange(bk8, dtype=jnp.int32)
   rows = n0 + jnp.arange(block_n, dtype=jnp.int32)
+  num_rows = act_rows.shape[0]
+  mask = jnp.broadcast_to(act_ok[:, None], (num_rows, bk8))
 
   def body(c, accs):
     kw0 = c * bk8
-    acts = [act_ref[row, j, pl.ds(kw0, bk8)] for j in range(8)]                          # 8 x [BK/8]
+    acts = [plgpu.load(act_ref.at[act_rows[:, None], (j * k8 + kw0 + w_idx)[None, :]], mask=mask, other=0.)
+            for j in range(8)]                                                             # 8 x [R, BK/8]
     out = []
     for (w_ref, s_ref), acc in zip(mats, accs):
       words = w_ref[e, pl.ds(n0, block_n), pl.ds(kw0, bk8)]                              # [BN, BK/8]
@@ -68,62 +73,88 @@ def _tile_gemv(mats, e, n0, act_ref, row, num_chunks, *, block_n, block_k, group
       scale = s_ref[e, rows[:, None], ((kw0 + w_idx) * 8 // group_size)[None, :]].astype(jnp.float32)
       part = None
       for j, (q, _) in enumerate(_nibble_planes(words)):
-        term = q * acts[j][None, :]
+        term = q[None, :, :] * acts[j][:, None, :]                                          # [R, BN, BK/8]
         part = term if part is None else part + term
-      out.append(acc + part * scale)
+      out.append(acc + part * scale[None, :, :])
     return tuple(out)
 
-  zeros = jnp.zeros((block_n, bk8), jnp.float32)
+  zeros = jnp.zeros((num_rows, block_n, bk8), jnp.float32)
   accs = lax.fori_loop(0, num_chunks, body, tuple(zeros for _ in mats))
-  return [jnp.sum(acc, axis=1) for acc in accs]
+  return [jnp.sum(acc, axis=2) for acc in accs]
+
+
+def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_local):
+  """The run of visiting positions i, i+1, ... (< count, at most rows_per_run) whose pairs share the expert
+  of position i. Returns (pairs [R] i32, in_run [R] bool (False also when that expert is not local),
+  local expert e, run length >= 1)."""
+  r = jnp.arange(rows_per_run, dtype=jnp.int32)
+  pos = i + r
+  pairs = order_ref[jnp.minimum(pos, order_ref.shape[0] - 1)]                            # [R]
+  experts = ids_ref[pairs] - expert_offset                                                # [R]
+  e = ids_ref[order_ref[i]] - expert_offset
+  same = (pos < count) & (experts == e)
+  length = jnp.min(jnp.where(same, rows_per_run, r))            # first position that breaks the run
+  length = jnp.maximum(length, 1)
+  local = (e >= 0) & (e < num_local)
+  return pairs, (r < length) & local, e, length
 
 
 def _gate_up_kernel(off_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, *,
-                    top_k, num_local, block_n, block_k, group_size, h_dtype):
-  """Program j: columns [j*BN, (j+1)*BN) of h for every local pair.
+                    top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype):
+  """Program j: columns [j*BN, (j+1)*BN) of h for every local pair, a run of same-expert pairs at a time.
 
-  off: [1] i32 expert offset; count: [1] i32 pairs to visit; order: [P] i32 pair visiting order;
-  ids: [P] i32 global expert id per pair (P = N * top_k, token-major); xp: f32 [N, 8, D/8];
-  gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8, I/8] (rows of non-local pairs unwritten).
+  off: [1] i32 expert offset; count: [1] i32 positions to visit; order: [P] i32 pair at each position;
+  ids: [P] i32 global expert id per pair (P = N * top_k, token-major); xp: f32 [N, 8 * D/8];
+  gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P + R, 8 * I/8] (rows of non-local pairs and the
+  R scratch rows are not written).
   """
   n0 = pl.program_id(0) * block_n
-  chunks = xp_ref.shape[2] // (block_k // 8)
+  inter8 = hp_ref.shape[1] // 8
+  chunks = xp_ref.shape[1] // block_k
+  count = count_ref[0]
+  cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
+  h_cols = (cols & 7) * inter8 + (cols >> 3)                     # column n of h -> plane n mod 8, word n // 8
 
-  def visit(i, carry):
-    p = order_ref[i]
-    e = ids_ref[p] - off_ref[0]
+  def visit(i):
+    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, off_ref[0], rows_per_run=rows_per_run,
+                                       num_local=num_local)
 
-    @pl.when((e >= 0) & (e < num_local))
+    @pl.when(jnp.max(in_run.astype(jnp.int32)) > 0)         # (reduce_or has no Triton lowering)
     def _():
-      g, u = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref, p // top_k, chunks,
-                        block_n=block_n, block_k=block_k, group_size=group_size)
-      h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype).astype(jnp.float32)                # [BN]
-      cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
-      hp_ref[p, cols & 7, cols >> 3] = h * plane_scale(cols)
-    return carry
+      g, u = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref, pairs // top_k, in_run, chunks,
+                        block_n=block_n, block_k=block_k, group_size=group_size)         # [R, BN] each
+      h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype).astype(jnp.float32)
+      # rows outside the run go to scratch rows P + r (masked off anyway; distinct rows keep the Pallas
+      # interpreter, whose masked store writes the old value back, from clobbering a row of the run)
+      dest = jnp.where(in_run, pairs, ids_ref.shape[0] + jnp.arange(rows_per_run, dtype=jnp.int32))
+      plgpu.store(hp_ref.at[dest[:, None], h_cols[None, :]], h * plane_scale(cols)[None, :],
+                  mask=jnp.broadcast_to(in_run[:, None], h.shape))
+    return i + length
 
-  lax.fori_loop(0, count_ref[0], visit, 0)
+  lax.while_loop(lambda i: i < count, visit, jnp.int32(0))
 
 
-def _down_kernel(off_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                 block_k, group_size):
-  """Program j: out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs.
+def _down_token_kernel(off_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
+                       block_k, group_size):
+  """Program j: out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs,
+  summed in registers and written once per token (no zero-fill, no atomics).
 
-  ids/wts: [P] (token-major); hp: f32 [P, 8, I/8]; dw: int32 [E, D, I/8]; ds: [E, D, I/g]; out: [N, D].
+  ids/wts: [P] (token-major); hp: f32 [P, 8 * I/8]; dw: int32 [E, D, I/8]; ds: [E, D, I/g]; out: [N, D].
   """
   n0 = pl.program_id(0) * block_n
-  chunks = hp_ref.shape[2] // (block_k // 8)
+  chunks = hp_ref.shape[1] // block_k
+  one = jnp.ones((1,), jnp.bool_)
 
   def token(t, carry):
     def pair(k, acc):
       p = t * top_k + k
       e = ids_ref[p] - off_ref[0]
-      local = (e >= 0) & (e < num_local)
+
       def add_pair():
-        (y,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, p, chunks, block_n=block_n, block_k=block_k,
-                          group_size=group_size)
-        return acc + wts_ref[p] * y
-      return lax.cond(local, add_pair, lambda: acc)
+        (y,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, jnp.full((1,), p, jnp.int32), one, chunks,
+                          block_n=block_n, block_k=block_k, group_size=group_size)        # [1, BN]
+        return acc + wts_ref[p] * jnp.sum(y, axis=0)
+      return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
     acc = lax.fori_loop(0, top_k, pair, jnp.zeros((block_n,), jnp.float32))
     out_ref[t, pl.ds(n0, block_n)] = acc.astype(out_ref.dtype)
@@ -132,10 +163,43 @@ def _down_kernel(off_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, 
   lax.fori_loop(0, out_ref.shape[0], token, 0)
 
 
+def _down_sorted_kernel(off_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
+                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size):
+  """Program j: for each run of same-expert pairs (visiting order), atomically add w * (h @ W_down[e]^T)
+  into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
+  del out0_ref
+  n0 = pl.program_id(0) * block_n
+  chunks = hp_ref.shape[1] // block_k
+  count = count_ref[0]
+  cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
+  r_idx = jnp.arange(rows_per_run, dtype=jnp.int32)
+
+  def visit(i):
+    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, off_ref[0], rows_per_run=rows_per_run,
+                                       num_local=num_local)
+
+    @pl.when(jnp.max(in_run.astype(jnp.int32)) > 0)         # (reduce_or has no Triton lowering)
+    def _():
+      (y,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, block_n=block_n,
+                        block_k=block_k, group_size=group_size)                                 # [R, BN]
+      y = y * jnp.where(in_run, wts_ref[pairs], 0.0)[:, None]
+      # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
+      # Rows past the run are exact zeros (zero activations, zero weight), so adding them is harmless.
+      for r in range(rows_per_run):
+        tok = order_ref[jnp.minimum(i + r, order_ref.shape[0] - 1)] // top_k
+        y_r = jnp.sum(jnp.where((r_idx == r)[:, None], y, 0.0), axis=0)                      # [BN]
+        plgpu.atomic_add(out_ref, (tok, cols), y_r)
+    return i + length
+
+  lax.while_loop(lambda i: i < count, visit, jnp.int32(0))
+
+
 def default_gemv_blocks(num_tokens):
-  """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs) for the K2.6 shard
-  (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512 gate/up tiles)."""
-  return 4, 8, 1024, 4, 2, num_tokens > 8
+  """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs, rows_per_run) for the K2.6
+  shard (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512 gate/up tiles)."""
+  if num_tokens <= 8:
+    return 4, 8, 1024, 4, 2, False, 1
+  return 4, 8, 1024, 4, 2, True, 2
 
 
 def supported(x, gate_packed, down_packed, group_size, block_k=1024):
@@ -148,39 +212,43 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
-                                             "num_stages", "sort_pairs", "interpret"))
+                                             "num_stages", "sort_pairs", "rows_per_run", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
-                             interpret=False):
+                             rows_per_run=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
   gate_packed/up_packed: int32 [E, I, D/8]; gate_scale/up_scale: [E, I, D/g];
   down_packed: int32 [E, D, I/8]; down_scale: [E, D, I/g]. expert_offset may be traced (shard_map).
   block_n / block_n_down: output columns per program (gate/up, down); block_k: columns per loop step.
-  Returns [N, D] in x.dtype.
+  sort_pairs: visit the local pairs sorted by expert (the down projection then adds into a zeroed fp32
+  output with atomics) instead of in token order; rows_per_run: up to this many consecutive pairs of one
+  expert share a dequantised tile. Defaults by token count (default_gemv_blocks). Returns [N, D] in x.dtype.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
   e, inter, _ = gate_packed.shape
-  dbn, dbnd, dbk, dnw, dns, dsort = default_gemv_blocks(n)
+  dbn, dbnd, dbk, dnw, dns, dsort, drun = default_gemv_blocks(n)
   block_n, block_n_down = block_n or dbn, block_n_down or dbnd
   block_k = min(block_k or dbk, d, inter)
   num_warps, num_stages = num_warps or dnw, num_stages or dns
   sort_pairs = dsort if sort_pairs is None else sort_pairs
+  rows_per_run = rows_per_run or drun
   if not supported(x, gate_packed, down_packed, group_size, block_k):
     raise ValueError(f"routed_experts_int4_gemv: unsupported shapes x {x.shape} {x.dtype}, gate_packed "
                      f"{gate_packed.shape}, down_packed {down_packed.shape}, group {group_size}, block_k {block_k} "
                      "(need D and I multiples of block_k >= 128 and of 64)")
-  if inter % block_n or d % block_n_down:
-    raise ValueError(f"routed_experts_int4_gemv: block_n {block_n} must divide I = {inter} and block_n_down "
-                     f"{block_n_down} must divide D = {d}")
+  if inter % block_n or d % block_n_down or rows_per_run & (rows_per_run - 1):
+    raise ValueError(f"routed_experts_int4_gemv: block_n {block_n} must divide I = {inter}, block_n_down "
+                     f"{block_n_down} must divide D = {d}, rows_per_run {rows_per_run} must be a power of two")
   if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
     raise ValueError(f"routed_experts_int4_gemv: scales {gate_scale.shape}, {down_scale.shape} do not match "
                      f"group_size {group_size}")
   p = n * top_k
   ids = expert_ids.reshape(p).astype(jnp.int32)
+  wts = expert_weights.reshape(p).astype(jnp.float32)
   off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
   if sort_pairs:
     local = ids - off[0]
@@ -194,15 +262,24 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size)
 
   hp = pl.pallas_call(
-      functools.partial(_gate_up_kernel, block_n=block_n, h_dtype=x.dtype, **common),
+      functools.partial(_gate_up_kernel, block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype, **common),
       grid=(inter // block_n,),
-      out_shape=jax.ShapeDtypeStruct((p, 8, inter // 8), jnp.float32),
+      out_shape=jax.ShapeDtypeStruct((p + rows_per_run, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
-  )(off, count, order, ids, activation_planes(x), gate_packed, gate_scale, up_packed, up_scale)
+  )(off, count, order, ids, activation_planes(x).reshape(n, d), gate_packed, gate_scale, up_packed, up_scale)
 
-  return pl.pallas_call(
-      functools.partial(_down_kernel, block_n=block_n_down, **common),
+  if not sort_pairs:
+    return pl.pallas_call(
+        functools.partial(_down_token_kernel, block_n=block_n_down, **common),
+        grid=(d // block_n_down,),
+        out_shape=jax.ShapeDtypeStruct((n, d), x.dtype),
+        compiler_params=params, interpret=interpret, name="moe_int4_down_gemv",
+    )(off, ids, wts, hp, down_packed, down_scale)
+  out = pl.pallas_call(
+      functools.partial(_down_sorted_kernel, block_n=block_n_down, rows_per_run=rows_per_run, **common),
       grid=(d // block_n_down,),
-      out_shape=jax.ShapeDtypeStruct((n, d), x.dtype),
-      compiler_params=params, interpret=interpret, name="moe_int4_down_gemv",
-  )(off, ids, expert_weights.reshape(p).astype(jnp.float32), hp, down_packed, down_scale)
+      out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
+      input_output_aliases={8: 0},
+      compiler_params=params, interpret=interpret, name="moe_int4_down_gemv_sorted",
+  )(off, count, order, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
+  return out.astype(x.dtype)

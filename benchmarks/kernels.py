@@ -275,11 +275,21 @@ MOE_KERNELS = {"splitk": routed_experts_int4_splitk, "gemv": routed_experts_int4
                "grouped": routed_experts_int4_pallas}
 
 
-def gemv_sweep():
+def gemv_sweep(m):
+  """pallas_gemv configs for M tokens: launch shapes at a few tokens, sorted runs of 1-8 rows above."""
   gv = lambda **kw: dict(kernel="gemv", **kw)
-  return [gv(), gv(block_n=8), gv(block_n=2, block_n_down=4), gv(block_n_down=16), gv(num_warps=8),
-          gv(num_warps=2), gv(block_k=512), gv(num_stages=3), gv(num_stages=1),
-          gv(block_n=8, block_n_down=16, num_warps=8), gv(sort_pairs=True, rows_per_run=1)]
+  launch = [gv(), gv(block_n=8), gv(block_n=2, block_n_down=4), gv(block_n_down=16), gv(num_warps=8),
+            gv(num_warps=2), gv(block_k=512), gv(num_stages=3), gv(num_stages=1)]
+  runs = lambda rs, **kw: [gv(sort_pairs=True, rows_per_run=r, **kw) for r in rs]
+  if m <= 1:
+    return launch
+  if m <= 8:
+    return launch + runs([1, 2])
+  if m <= 64:
+    return runs([1, 2, 4]) + runs([1, 2, 4], block_n=8) + [gv(sort_pairs=False, rows_per_run=1)]
+  if m <= 128:
+    return runs([2, 4, 8]) + runs([2, 4], block_n=8)
+  return runs([4, 8]) + runs([4, 8], block_n=8) + runs([4, 8], num_warps=8)
 
 
 def moe_sweep(smoke):
@@ -289,9 +299,6 @@ def moe_sweep(smoke):
                             dict(kernel="gemv", block_k=128)],
                         8: [dict(block_m=16, block_n=32, block_k=64), dict(kernel="splitk", block_k=128),
                             dict(kernel="gemv", block_k=128, sort_pairs=True)]}
-  gv = gemv_sweep()
-  sorted_gv = ([dict(c, sort_pairs=True, rows_per_run=r) for c in gv[:4] for r in (1, 2, 4)]
-               + [dict(c, sort_pairs=False, rows_per_run=1) for c in gv[:2]])
   sk = lambda **kw: dict(kernel="splitk", **kw)
   tiny = [sk(), sk(splits_up=28, splits_down=8), sk(splits_up=7, splits_down=4), sk(block_n=128),
           sk(num_warps=2), sk(block_k=512, splits_up=14, splits_down=4)]
@@ -302,9 +309,11 @@ def moe_sweep(smoke):
                  dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3),
                  dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3),
                  dict(block_m=64, block_n=256, block_k=64, num_warps=8, num_stages=4)]
-  return [1, 8, 64, 512, 16, 128, 4096], {
-      1: tiny + gv, 8: tiny + gv, 16: mid + grouped_small + sorted_gv, 64: mid + grouped_small + sorted_gv,
-      128: big + grouped_small + sorted_gv, 512: big + grouped_small, 4096: grouped_big}
+  gv = gemv_sweep
+  return [1, 8, 64, 512, 16, 128, 256, 4096], {
+      1: tiny + gv(1), 8: tiny + gv(8), 16: mid + grouped_small + gv(16), 64: mid + grouped_small + gv(64),
+      128: big + grouped_small + gv(128), 256: big + grouped_small + gv(256), 512: big + grouped_small + gv(512),
+      4096: grouped_big}
 
 
 def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernels=None, baselines=True):

@@ -33,7 +33,25 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from custom_calls.moe_int4.pallas_splitk import _nibble_planes
+
+MAGIC = 0x4B000000          # float32 bits of 2**23
+
+
+def _nibble_planes(words, magic):
+  """words: int32 [BN, W] -> [(nib_j - 8) * 2**e_j as float32 [BN, W] for nibbles j = 0..7], e_j = 4 (j mod 4).
+
+  Nibble j (j < 4 from the word, j >= 4 from the word shifted down 16 bits once) is masked in place and
+  OR-ed into the mantissa of 2**23: the float reads 2**23 + nib * 2**e, and subtracting 2**23 + 8 * 2**e
+  leaves (nib - 8) * 2**e exactly. `magic` (= MAGIC) arrives as a runtime value: with two immediates,
+  mask-then-or compiles to two LOP3s; with the magic in a register it is one.
+  """
+  hi = words >> 16
+  planes = []
+  for j in range(8):
+    src, e = (words, 4 * j) if j < 4 else (hi, 4 * (j - 4))
+    bits = (src & (0xF << e)) | magic
+    planes.append(lax.bitcast_convert_type(bits, jnp.float32) - (8388608.0 + 8.0 * 2.0 ** e))
+  return planes
 
 
 def plane_scale(j):
@@ -48,65 +66,77 @@ def activation_planes(x):
   return jnp.swapaxes(x.astype(jnp.float32).reshape(n, d // 8, 8) * scale, 1, 2)
 
 
-def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, *, block_n, block_k, group_size):
-  """For each (w_ref, s_ref) in mats: sum_k act[row_r, k] * W[e, n0 + i, k] -> f32 [R, BN] (rows r < R).
+def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size):
+  """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; act_ref: f32 [rows, 8 * K/8] nibble planes (plane j at
-  columns [j*K/8, (j+1)*K/8)); act_rows: [R] i32 rows of act_ref; act_ok: [R] bool (False -> zero row).
-  Every row shares one dequantisation of the [BN, BK/8] word tile.
+  columns [j*K/8, (j+1)*K/8)); act_rows / act_ok: R scalars (i32 row, bool: row r's result is used;
+  act_rows[0] must be a valid row);
+  magic: MAGIC as a runtime scalar (see _nibble_planes).
+  Returns [[BN] per row] per mat. Every row shares one dequantisation of the [BN, BK/8] word tile.
+
+  Everything is a [BN, BK/8] tile in one layout: the activations are loaded already broadcast over the BN
+  rows (each thread loads the columns of its own words, cache hits), because a [BK/8] vector broadcast in
+  registers makes Triton convert layouts through shared memory (a barrier per plane, H200 SASS).
   """
   bk8 = block_k // 8
   k8 = act_ref.shape[1] // 8
   w_idx = jnp.arange(bk8, dtype=jnp.int32)
   rows = n0 + jnp.arange(block_n, dtype=jnp.int32)
-  num_rows = act_rows.shape[0]
-  mask = jnp.broadcast_to(act_ok[:, None], (num_rows, bk8))
+  zero_rows = jnp.zeros((block_n, 1), jnp.int32)
+  wpg = group_size // 8                                  # words per scale group
+  # Rows outside the run read row 0's activations instead (finite; unwritten rows of h may not be), so the
+  # loads need no mask; the caller discards those rows' results.
+  safe_rows = [act_rows[0]] + [jnp.where(ok, row, act_rows[0]) for row, ok in zip(act_rows[1:], act_ok[1:])]
 
   def body(c, accs):
     kw0 = c * bk8
-    acts = [plgpu.load(act_ref.at[act_rows[:, None], (j * k8 + kw0 + w_idx)[None, :]], mask=mask, other=0.)
-            for j in range(8)]                                                             # 8 x [R, BK/8]
+    acts = [[act_ref[row, zero_rows + (j * k8 + kw0 + w_idx)[None, :]] for j in range(8)]
+            for row in safe_rows]                                                          # R x 8 x [BN, BK/8]
     out = []
-    for (w_ref, s_ref), acc in zip(mats, accs):
+    for (w_ref, s_ref), acc_rows in zip(mats, accs):
       words = w_ref[e, pl.ds(n0, block_n), pl.ds(kw0, bk8)]                              # [BN, BK/8]
-      # column 8w + j lies in group 8w // g for every j (g >= 8)
-      scale = s_ref[e, rows[:, None], ((kw0 + w_idx) * 8 // group_size)[None, :]].astype(jnp.float32)
-      part = None
-      for j, (q, _) in enumerate(_nibble_planes(words)):
-        term = q[None, :, :] * acts[j][:, None, :]                                          # [R, BN, BK/8]
-        part = term if part is None else part + term
-      out.append(acc + part * scale[None, :, :])
+      scale = s_ref[e, pl.ds(n0, block_n), pl.ds(kw0 // wpg, bk8 // wpg)].astype(jnp.float32)  # [BN, BK/g]
+      planes = _nibble_planes(words, magic)
+      new_rows = []
+      for acc, act in zip(acc_rows, acts):
+        part = planes[0] * act[0]
+        for j in range(1, 8):
+          part += planes[j] * act[j]
+        if wpg > 1:                                   # the words of one group are adjacent in a thread
+          part = jnp.sum(part.reshape(block_n, bk8 // wpg, wpg), axis=2)
+        new_rows.append(acc + part * scale)
+      out.append(tuple(new_rows))
     return tuple(out)
 
-  zeros = jnp.zeros((num_rows, block_n, bk8), jnp.float32)
-  accs = lax.fori_loop(0, num_chunks, body, tuple(zeros for _ in mats))
-  return [jnp.sum(acc, axis=2) for acc in accs]
+  zeros = jnp.zeros((block_n, bk8 // wpg), jnp.float32)
+  accs = lax.fori_loop(0, num_chunks, body, tuple(tuple(zeros for _ in act_rows) for _ in mats))
+  return [[jnp.sum(acc, axis=1) for acc in acc_rows] for acc_rows in accs]
 
 
 def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_local):
   """The run of visiting positions i, i+1, ... (< count, at most rows_per_run) whose pairs share the expert
-  of position i. Returns (pairs [R] i32, in_run [R] bool (False also when that expert is not local),
-  local expert e, run length >= 1)."""
-  r = jnp.arange(rows_per_run, dtype=jnp.int32)
-  pos = i + r
-  pairs = order_ref[jnp.minimum(pos, order_ref.shape[0] - 1)]                            # [R]
-  experts = ids_ref[pairs] - expert_offset                                                # [R]
-  e = ids_ref[order_ref[i]] - expert_offset
-  same = (pos < count) & (experts == e)
-  length = jnp.min(jnp.where(same, rows_per_run, r))            # first position that breaks the run
-  length = jnp.maximum(length, 1)
+  of position i. Returns (pairs: R i32 scalars, in_run: R bool scalars (False also when that expert is not
+  local), local expert e, run length >= 1)."""
+  last = order_ref.shape[0] - 1
+  pairs = [order_ref[jnp.minimum(i + r, last)] for r in range(rows_per_run)]
+  e = ids_ref[pairs[0]] - expert_offset
+  length = jnp.int32(1)
+  run_ok = True
+  for r in range(1, rows_per_run):
+    run_ok = run_ok & (i + r < count) & (ids_ref[pairs[r]] - expert_offset == e)
+    length += run_ok.astype(jnp.int32)
   local = (e >= 0) & (e < num_local)
-  return pairs, (r < length) & local, e, length
+  return pairs, [local & (r < length) for r in range(rows_per_run)], e, length
 
 
-def _gate_up_kernel(off_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, *,
+def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, *,
                     top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype):
   """Program j: columns [j*BN, (j+1)*BN) of h for every local pair, a run of same-expert pairs at a time.
 
-  off: [1] i32 expert offset; count: [1] i32 positions to visit; order: [P] i32 pair at each position;
+  consts: [2] i32 (expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each position;
   ids: [P] i32 global expert id per pair (P = N * top_k, token-major); xp: f32 [N, 8 * D/8];
-  gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P + R, 8 * I/8] (rows of non-local pairs and the
-  R scratch rows are not written).
+  gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] (rows of non-local pairs unwritten).
   """
   n0 = pl.program_id(0) * block_n
   inter8 = hp_ref.shape[1] // 8
@@ -116,25 +146,23 @@ def _gate_up_kernel(off_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_r
   h_cols = (cols & 7) * inter8 + (cols >> 3)                     # column n of h -> plane n mod 8, word n // 8
 
   def visit(i):
-    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, off_ref[0], rows_per_run=rows_per_run,
+    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, consts_ref[0], rows_per_run=rows_per_run,
                                        num_local=num_local)
 
-    @pl.when(jnp.max(in_run.astype(jnp.int32)) > 0)         # (reduce_or has no Triton lowering)
+    @pl.when(in_run[0])                                          # the run's expert is local
     def _():
-      g, u = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref, pairs // top_k, in_run, chunks,
-                        block_n=block_n, block_k=block_k, group_size=group_size)         # [R, BN] each
-      h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype).astype(jnp.float32)
-      # rows outside the run go to scratch rows P + r (masked off anyway; distinct rows keep the Pallas
-      # interpreter, whose masked store writes the old value back, from clobbering a row of the run)
-      dest = jnp.where(in_run, pairs, ids_ref.shape[0] + jnp.arange(rows_per_run, dtype=jnp.int32))
-      plgpu.store(hp_ref.at[dest[:, None], h_cols[None, :]], h * plane_scale(cols)[None, :],
-                  mask=jnp.broadcast_to(in_run[:, None], h.shape))
+      g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
+                                  [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
+                                  block_k=block_k, group_size=group_size)                 # R x [BN] each
+      for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
+        h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype).astype(jnp.float32)
+        plgpu.store(hp_ref.at[p, h_cols], h * plane_scale(cols), mask=jnp.broadcast_to(ok, (block_n,)))
     return i + length
 
   lax.while_loop(lambda i: i < count, visit, jnp.int32(0))
 
 
-def _down_token_kernel(off_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
+def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
                        block_k, group_size):
   """Program j: out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs,
   summed in registers and written once per token (no zero-fill, no atomics).
@@ -143,17 +171,16 @@ def _down_token_kernel(off_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_re
   """
   n0 = pl.program_id(0) * block_n
   chunks = hp_ref.shape[1] // block_k
-  one = jnp.ones((1,), jnp.bool_)
 
   def token(t, carry):
     def pair(k, acc):
       p = t * top_k + k
-      e = ids_ref[p] - off_ref[0]
+      e = ids_ref[p] - consts_ref[0]
 
       def add_pair():
-        (y,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, jnp.full((1,), p, jnp.int32), one, chunks,
-                          block_n=block_n, block_k=block_k, group_size=group_size)        # [1, BN]
-        return acc + wts_ref[p] * jnp.sum(y, axis=0)
+        ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1], block_n=block_n,
+                             block_k=block_k, group_size=group_size)                      # [BN]
+        return acc + wts_ref[p] * y
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
     acc = lax.fori_loop(0, top_k, pair, jnp.zeros((block_n,), jnp.float32))
@@ -163,7 +190,7 @@ def _down_token_kernel(off_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_re
   lax.fori_loop(0, out_ref.shape[0], token, 0)
 
 
-def _down_sorted_kernel(off_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
+def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
                         *, top_k, num_local, rows_per_run, block_n, block_k, group_size):
   """Program j: for each run of same-expert pairs (visiting order), atomically add w * (h @ W_down[e]^T)
   into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
@@ -172,23 +199,20 @@ def _down_sorted_kernel(off_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref,
   chunks = hp_ref.shape[1] // block_k
   count = count_ref[0]
   cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
-  r_idx = jnp.arange(rows_per_run, dtype=jnp.int32)
 
   def visit(i):
-    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, off_ref[0], rows_per_run=rows_per_run,
+    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, consts_ref[0], rows_per_run=rows_per_run,
                                        num_local=num_local)
 
-    @pl.when(jnp.max(in_run.astype(jnp.int32)) > 0)         # (reduce_or has no Triton lowering)
+    @pl.when(in_run[0])
     def _():
-      (y,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, block_n=block_n,
-                        block_k=block_k, group_size=group_size)                                 # [R, BN]
-      y = y * jnp.where(in_run, wts_ref[pairs], 0.0)[:, None]
+      (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
+                             block_n=block_n,
+                             block_k=block_k, group_size=group_size)                      # R x [BN]
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
-      # Rows past the run are exact zeros (zero activations, zero weight), so adding them is harmless.
-      for r in range(rows_per_run):
-        tok = order_ref[jnp.minimum(i + r, order_ref.shape[0] - 1)] // top_k
-        y_r = jnp.sum(jnp.where((r_idx == r)[:, None], y, 0.0), axis=0)                      # [BN]
-        plgpu.atomic_add(out_ref, (tok, cols), y_r)
+      # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
+      for p, ok, y in zip(pairs, in_run, y_rows):
+        plgpu.atomic_add(out_ref, (p // top_k, cols), y * jnp.where(ok, wts_ref[p], 0.0))
     return i + length
 
   lax.while_loop(lambda i: i < count, visit, jnp.int32(0))
@@ -250,6 +274,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   ids = expert_ids.reshape(p).astype(jnp.int32)
   wts = expert_weights.reshape(p).astype(jnp.float32)
   off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
+  consts = jnp.concatenate([off, jnp.full((1,), MAGIC, jnp.int32)])
   if sort_pairs:
     local = ids - off[0]
     is_local = (local >= 0) & (local < e)
@@ -264,9 +289,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype, **common),
       grid=(inter // block_n,),
-      out_shape=jax.ShapeDtypeStruct((p + rows_per_run, inter), jnp.float32),
+      out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
-  )(off, count, order, ids, activation_planes(x).reshape(n, d), gate_packed, gate_scale, up_packed, up_scale)
+  )(consts, count, order, ids, activation_planes(x).reshape(n, d), gate_packed, gate_scale, up_packed, up_scale)
 
   if not sort_pairs:
     return pl.pallas_call(
@@ -274,12 +299,12 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
         grid=(d // block_n_down,),
         out_shape=jax.ShapeDtypeStruct((n, d), x.dtype),
         compiler_params=params, interpret=interpret, name="moe_int4_down_gemv",
-    )(off, ids, wts, hp, down_packed, down_scale)
+    )(consts, ids, wts, hp, down_packed, down_scale)
   out = pl.pallas_call(
       functools.partial(_down_sorted_kernel, block_n=block_n_down, rows_per_run=rows_per_run, **common),
       grid=(d // block_n_down,),
       out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
       input_output_aliases={8: 0},
       compiler_params=params, interpret=interpret, name="moe_int4_down_gemv_sorted",
-  )(off, count, order, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
+  )(consts, count, order, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
   return out.astype(x.dtype)

@@ -288,8 +288,9 @@ def gemv_sweep(m):
   if m <= 64:
     return runs([1, 2, 4]) + runs([1, 2, 4], block_n=8) + [gv(sort_pairs=False, rows_per_run=1)]
   if m <= 128:
-    return runs([2, 4, 8]) + runs([2, 4], block_n=8)
-  return runs([4, 8]) + runs([4, 8], block_n=8) + runs([4, 8], num_warps=8)
+    return runs([2, 4]) + runs([8], block_k=512) + runs([2, 4], block_n=8)
+  return (runs([4]) + runs([8], block_k=512) + runs([4], block_n=8) + runs([4, 8], num_warps=8, block_k=512)
+          + runs([16], block_k=256))
 
 
 def moe_sweep(smoke):

@@ -16,6 +16,11 @@ from ddtree_jax.spec.oracle import OracleDrafter
 
 MAX_NEW = 24
 SEEDS = (0, 1, 2)
+# Compiled programs are shared by every Engine of the same model structure and shapes (engine._COMPILED), so
+# the tests below use one batch size (BATCH) and the budgets of the first test (DDTREE_BUDGETS) where the
+# budget does not matter to what they check: each new batch size or budget is a set of new compilations.
+BATCH = 3
+DDTREE_BUDGETS = (4, 24)
 
 
 def random_prompts(rng, cfg, n):
@@ -41,11 +46,12 @@ def test_greedy_lossless_random_weights(cfgs, seed):
   cfg, _ = cfgs
   dflash, oracle = engines(cfgs, seed)
   rng = np.random.default_rng(seed)
-  prompts = random_prompts(rng, cfg, 3)          # batch > 1, ragged lengths
+  prompts = random_prompts(rng, cfg, BATCH)      # batch > 1, ragged lengths
+  assert len({len(p) for p in prompts}) > 1
   ar = [r.token_ids for r in dflash.generate(prompts, mode="ar", max_new_tokens=MAX_NEW)]
   assert all(len(t) == MAX_NEW for t in ar)
   for eng, name in ((dflash, "dflash-drafter"), (oracle, "oracle")):
-    for mode, budget in (("dflash", 1), ("ddtree", 4), ("ddtree", 24)):
+    for mode, budget in (("dflash", 1),) + tuple(("ddtree", n) for n in DDTREE_BUDGETS):
       res = eng.generate(prompts, mode=mode, budget=budget, max_new_tokens=MAX_NEW)
       assert [r.token_ids for r in res] == ar, (name, mode, budget)
       if name == "oracle":
@@ -62,7 +68,7 @@ def test_greedy_lossless_random_weights(cfgs, seed):
 def test_stop_token_inside_accepted_path(cfgs):
   cfg, _ = cfgs
   dflash, oracle = engines(cfgs, 0)
-  prompts = random_prompts(np.random.default_rng(7), cfg, 2)
+  prompts = random_prompts(np.random.default_rng(7), cfg, BATCH)
   ar_full = [r.token_ids for r in dflash.generate(prompts, mode="ar", max_new_tokens=MAX_NEW)]
   stop = ar_full[0][5]           # a token that the greedy output reaches mid-block
   expect = []
@@ -70,7 +76,7 @@ def test_stop_token_inside_accepted_path(cfgs):
     cut = toks.index(stop) + 1 if stop in toks else len(toks)
     expect.append(toks[:cut])
   for eng in (dflash, oracle):
-    for mode, budget in (("ar", 1), ("dflash", 1), ("ddtree", 16)):
+    for mode, budget in (("ar", 1), ("dflash", 1), ("ddtree", DDTREE_BUDGETS[-1])):
       res = eng.generate(prompts, mode=mode, budget=budget, max_new_tokens=MAX_NEW, stop_ids=[stop])
       assert [r.token_ids for r in res] == expect, mode
       assert res[0].stop_reason == "stop_token"
@@ -80,9 +86,10 @@ def test_stop_token_inside_accepted_path(cfgs):
 def test_max_new_tokens_exact(cfgs, max_new):
   cfg, _ = cfgs
   _, oracle = engines(cfgs, 0)
-  prompts = random_prompts(np.random.default_rng(3), cfg, 2)
+  prompts = random_prompts(np.random.default_rng(3), cfg, BATCH)
   ar = [r.token_ids for r in oracle.generate(prompts, mode="ar", max_new_tokens=max_new)]
-  res = oracle.generate(prompts, mode="ddtree", budget=8, max_new_tokens=max_new)
+  # The oracle's rounds emit 8 tokens (a full block): 9 = the prefill's token + one round, 2 cuts a round.
+  res = oracle.generate(prompts, mode="ddtree", budget=DDTREE_BUDGETS[-1], max_new_tokens=max_new)
   assert [r.token_ids for r in res] == ar and all(len(t) == max_new for t in ar)
 
 
@@ -90,10 +97,10 @@ def test_cache_after_ddtree_equals_ar_cache(cfgs):
   """After the same accepted tokens, the committed target cache is what AR builds."""
   cfg, _ = cfgs
   dflash, oracle = engines(cfgs, 1)
-  prompts = random_prompts(np.random.default_rng(11), cfg, 2)
+  prompts = random_prompts(np.random.default_rng(11), cfg, BATCH)
   _, ar_state = oracle.run(prompts, mode="ar", max_new_tokens=MAX_NEW)
   for eng in (dflash, oracle):
-    res, st = eng.run(prompts, mode="ddtree", budget=12, max_new_tokens=MAX_NEW)
+    res, st = eng.run(prompts, mode="ddtree", budget=DDTREE_BUDGETS[-1], max_new_tokens=MAX_NEW)
     n = np.minimum(np.asarray(st.cache.lengths), np.asarray(ar_state.cache.lengths))
     assert n.min() >= min(len(p) for p in prompts) + MAX_NEW - 8
     for layer in range(cfg.num_hidden_layers):
@@ -107,8 +114,10 @@ def test_compiled_round_has_no_host_transfer(cfgs):
   dflash, _ = engines(cfgs, 0)
   from ddtree_jax.sampling import SamplingParams
   for mode, sampling in (("ddtree", SamplingParams()), ("ddtree", SamplingParams(1.0, 0.9, 5)), ("ar", SamplingParams())):
-    spec = dflash.round_spec(mode, 8, sampling)
-    state = dflash.init_state(2, 128, 40, 40, 0)
+    spec = dflash.round_spec(mode, DDTREE_BUDGETS[-1], sampling)
+    # The shapes of generate(BATCH prompts, mode="ddtree", max_new_tokens=MAX_NEW) (capacity 128, out width
+    # 64 + block, 64 rounds): the greedy DDTree program is one the tests above ran (not compiled again).
+    state = dflash.init_state(BATCH, 128, 64 + dcfg.block_size, 64, 0)
     hlo = dflash._compiled_fn("round", spec, dflash._t_params, dflash._d_params, state).as_text()
     for marker in ("callback", "outfeed", "infeed", "send(", "recv(", "host_compute", "SendToHost", "RecvFromHost"):
       assert marker not in hlo, (mode, marker)
@@ -144,12 +153,12 @@ def dflash_target(engine):
 def test_streaming_callback_delivers_every_token_in_order(cfgs):
   cfg, _ = cfgs
   _, oracle = engines(cfgs, 0)
-  prompts = random_prompts(np.random.default_rng(5), cfg, 2)
-  got = {0: [], 1: []}
+  prompts = random_prompts(np.random.default_rng(5), cfg, BATCH)
+  got = {i: [] for i in range(BATCH)}
   calls = []
-  res = oracle.generate(prompts, mode="ddtree", budget=8, max_new_tokens=MAX_NEW,
+  res = oracle.generate(prompts, mode="ddtree", budget=DDTREE_BUDGETS[-1], max_new_tokens=MAX_NEW,
                         stream=lambda i, ids: (got[i].extend(ids), calls.append(len(ids))))
-  assert [got[0], got[1]] == [r.token_ids for r in res]
+  assert [got[i] for i in range(BATCH)] == [r.token_ids for r in res]
   assert max(calls) > 1      # tokens arrive a round (several tokens) at a time
 
 

@@ -7,6 +7,7 @@ NumPy. A chi-square goodness-of-fit test at significance 0.001 (fixed seeds, so 
 deterministic) must not reject; as a check of the test's power, the same samples must be rejected
 against the distribution at a different temperature.
 """
+import jax
 import jax.numpy as jnp
 import jax.scipy.special as jsp
 import numpy as np
@@ -34,25 +35,41 @@ def softmax_topk(logits, temperature):
   return idx, p / p.sum()
 
 
-def exact_joint(target, cfg, temperature):
-  """{(t1, t2, t3): probability} under top-k=4 sampling at `temperature`."""
-  def logits_of(seqs):
-    seqs = np.asarray(seqs, np.int32)
-    b, t = seqs.shape
+def next_logits_fn(target, cfg):
+  """-> next_logits(seqs): each sequence's next-token logits [len(seqs), V], from one jitted forward of
+  the target (a plain causal forward, not the engine) over the sequences right-padded to one shape: a
+  position's logits do not depend on the padding after it (causal attention, per-token routing), and a
+  single shape is a single compilation (an eager forward spends seconds per shape on per-op compiles)."""
+  graph, state = nnx.split(target)
+  b, t = TOP_K, len(PROMPT) + 2
+
+  @jax.jit
+  def forward(state, ids):
     cache = init_latent_cache(cfg.num_hidden_layers, b, t, cfg.kv_lora_rank, cfg.qk_rope_head_dim, jnp.float32)
     mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
-    out = target(jnp.asarray(seqs), jnp.broadcast_to(jnp.arange(t), (b, t)), cache, mask)
-    return np.asarray(out.logits)
-  p1_ids, p1 = softmax_topk(logits_of([PROMPT])[0, -1], temperature)
+    return nnx.merge(graph, state)(ids, jnp.broadcast_to(jnp.arange(t), (b, t)), cache, mask).logits
+
+  def next_logits(seqs):
+    ids = np.zeros((b, t), np.int32)
+    for i, q in enumerate(seqs):
+      ids[i, :len(q)] = q
+    logits = np.asarray(forward(state, jnp.asarray(ids)))
+    return np.stack([logits[i, len(q) - 1] for i, q in enumerate(seqs)])
+  return next_logits
+
+
+def exact_joint(next_logits, temperature):
+  """{(t1, t2, t3): probability} under top-k=4 sampling at `temperature` (next_logits: `next_logits_fn`)."""
+  p1_ids, p1 = softmax_topk(next_logits([PROMPT])[0], temperature)
   joint = {}
   seqs2 = [PROMPT + [int(a)] for a in p1_ids]
-  l2 = logits_of(seqs2)
+  l2 = next_logits(seqs2)
   for i, a in enumerate(p1_ids):
-    ids2, p2 = softmax_topk(l2[i, -1], temperature)
+    ids2, p2 = softmax_topk(l2[i], temperature)
     seqs3 = [PROMPT + [int(a), int(b)] for b in ids2]
-    l3 = logits_of(seqs3)
+    l3 = next_logits(seqs3)
     for j, b in enumerate(ids2):
-      ids3, p3 = softmax_topk(l3[j, -1], temperature)
+      ids3, p3 = softmax_topk(l3[j], temperature)
       for k, c in enumerate(ids3):
         joint[(int(a), int(b), int(c))] = p1[i] * p2[j] * p3[k]
   return joint
@@ -86,7 +103,8 @@ def setup():
   # Random weights give nearly flat logits; sharpen them so that the distribution has structure
   # (which gives the test power and the oracle drafter something to get right).
   target.lm_head.kernel[...] = target.lm_head.kernel[...] * 25.0
-  return cfg, dcfg, target, exact_joint(target, cfg, 1.0), exact_joint(target, cfg, 0.6)
+  next_logits = next_logits_fn(target, cfg)
+  return cfg, dcfg, target, exact_joint(next_logits, 1.0), exact_joint(next_logits, 0.6)
 
 
 @pytest.mark.parametrize("drafter_kind, mode", [("oracle", "ddtree"), ("dflash", "ddtree"), ("oracle", "ar")])

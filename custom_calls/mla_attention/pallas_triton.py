@@ -24,6 +24,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from custom_calls.dot_accumulate import dot_accumulate
+
 _NEG_INIT = -1e30  # running-max start: finite so that exp(-inf - m) = 0 without inf - inf
 
 
@@ -71,8 +73,8 @@ def _mla_kernel(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mask_ref, o_ref, lse_r
     else:
       kc = ckv_ref[b, pl.ds(k0, block_k), :]
       kp = kpe_ref[b, pl.ds(k0, block_k), :]
-    s = plgpu.dot(q, kc, trans_b=True, precision=precision)          # [BM, BK] f32
-    s += plgpu.dot(qpe, kp, trans_b=True, precision=precision)
+    s = plgpu.dot(qpe, kp, trans_b=True, precision=precision)        # [BM, BK] f32
+    s = dot_accumulate(s, q, kc, trans_b=True, precision=precision)
     s *= scale
     if masked:
       rel = keys - cache_len                                       # [BK]
@@ -86,7 +88,8 @@ def _mla_kernel(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mask_ref, o_ref, lse_r
     alpha = jnp.exp(m_i - m_new)
     p = jnp.exp(s - m_new[:, None])
     l_new = l_i * alpha + jnp.sum(p, axis=1)
-    acc = acc * alpha[:, None] + plgpu.dot(p.astype(kc.dtype), kc, precision=precision)
+    # one dot into the rescaled accumulator (a separate `acc + dot` would hold two [BM, R] fp32 tiles)
+    acc = dot_accumulate(acc * alpha[:, None], p.astype(kc.dtype), kc, precision=precision)
     return acc, m_new, l_new
 
   acc = jnp.zeros((block_m, r), jnp.float32)

@@ -9,11 +9,10 @@ per SM on an H200). This path has no tensor-core dots, no routing sort and no at
   h; down: of the output). It loops over the pairs itself, so the grid is the same at 1 and 64 tokens
   and nothing is launched for pairs routed to other devices. For each local pair it streams its
   expert's [BN, K] word tile and reduces it against the pair's activations on the CUDA cores
-  (a GEMV: per weight one LOP3, one FADD, one FFMA; the group scale is one FFMA per word).
-- Activations arrive as nibble planes: plane j, word w holds column 8w + j, pre-multiplied by
-  2**-(4 (j mod 4)) (exact), so that `_nibble_planes`' (nib - 8) * 2**e weights need no shift back.
-  x is rearranged by XLA (`activation_planes`, [N, D] -> [N, 8, D/8]); h is written by the gate/up
-  kernel straight in that layout.
+  (a GEMV: per weight one LOP3, one FADD, one FFMA per row; the group scale one FFMA per group and row).
+- Weights are dequantised as nibble planes and activations arrive in the matching planes layout
+  (nibbles.py): x is rearranged by XLA (`activation_planes`); h is written by the gate/up kernel
+  straight in that layout.
 - Down: program j walks tokens in order and their top-k pairs, summing weight * y in registers, and
   writes out[token, tile] once: every output element is written exactly once, no zero-fill.
 - Optionally (`sort_pairs`, for tens of tokens) the gate/up kernel visits the local pairs sorted by expert,
@@ -33,37 +32,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-
-MAGIC = 0x4B000000          # float32 bits of 2**23
-
-
-def _nibble_planes(words, magic):
-  """words: int32 [BN, W] -> [(nib_j - 8) * 2**e_j as float32 [BN, W] for nibbles j = 0..7], e_j = 4 (j mod 4).
-
-  Nibble j (j < 4 from the word, j >= 4 from the word shifted down 16 bits once) is masked in place and
-  OR-ed into the mantissa of 2**23: the float reads 2**23 + nib * 2**e, and subtracting 2**23 + 8 * 2**e
-  leaves (nib - 8) * 2**e exactly. `magic` (= MAGIC) arrives as a runtime value: with two immediates,
-  mask-then-or compiles to two LOP3s; with the magic in a register it is one.
-  """
-  hi = words >> 16
-  planes = []
-  for j in range(8):
-    src, e = (words, 4 * j) if j < 4 else (hi, 4 * (j - 4))
-    bits = (src & (0xF << e)) | magic
-    planes.append(lax.bitcast_convert_type(bits, jnp.float32) - (8388608.0 + 8.0 * 2.0 ** e))
-  return planes
-
-
-def plane_scale(j):
-  """2**-(4 (j mod 4)) for integer j (array or int), exactly: built from the float32 exponent bits."""
-  return lax.bitcast_convert_type(((127 - 4 * (j & 3)) << 23).astype(jnp.int32), jnp.float32)
-
-
-def activation_planes(x):
-  """x: [N, D] -> f32 [N, 8, D/8]: [n, j, w] = x[n, 8w + j] * 2**-(4 (j mod 4))."""
-  n, d = x.shape
-  scale = plane_scale(jnp.arange(8, dtype=jnp.int32))                                  # [8]
-  return jnp.swapaxes(x.astype(jnp.float32).reshape(n, d // 8, 8) * scale, 1, 2)
+from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 
 def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size):
@@ -72,7 +41,7 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; act_ref: f32 [rows, 8 * K/8] nibble planes (plane j at
   columns [j*K/8, (j+1)*K/8)); act_rows / act_ok: R scalars (i32 row, bool: row r's result is used;
   act_rows[0] must be a valid row);
-  magic: MAGIC as a runtime scalar (see _nibble_planes).
+  magic: nibbles.MAGIC as a runtime scalar (see nibbles.nibble_planes).
   Returns [[BN] per row] per mat. Every row shares one dequantisation of the [BN, BK/8] word tile.
 
   Everything is a [BN, BK/8] tile in one layout: the activations are loaded already broadcast over the BN
@@ -97,7 +66,7 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
     for (w_ref, s_ref), acc_rows in zip(mats, accs):
       words = w_ref[e, pl.ds(n0, block_n), pl.ds(kw0, bk8)]                              # [BN, BK/8]
       scale = s_ref[e, pl.ds(n0, block_n), pl.ds(kw0 // wpg, bk8 // wpg)].astype(jnp.float32)  # [BN, BK/g]
-      planes = _nibble_planes(words, magic)
+      planes = nibble_planes(words, magic)
       new_rows = []
       for acc, act in zip(acc_rows, acts):
         part = planes[0] * act[0]
@@ -139,11 +108,10 @@ def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, g
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] (rows of non-local pairs unwritten).
   """
   n0 = pl.program_id(0) * block_n
-  inter8 = hp_ref.shape[1] // 8
   chunks = xp_ref.shape[1] // block_k
   count = count_ref[0]
   cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
-  h_cols = (cols & 7) * inter8 + (cols >> 3)                     # column n of h -> plane n mod 8, word n // 8
+  h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
 
   def visit(i):
     pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, consts_ref[0], rows_per_run=rows_per_run,

@@ -29,6 +29,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from custom_calls.dot_accumulate import dot_accumulate
+from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
+
 _MAGIC = 0x4B000000          # float32 bits of 2**23: (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23
 _MAGIC_OFFSET = 8388608.0 + 8.0
 
@@ -46,11 +49,12 @@ def _dequant(words, scales, group_size, dtype):
   return w.reshape(bn, bk).astype(dtype)
 
 
-def _planar_dot(acc, xt, w_ref, s_ref, e, n0, kk, *, block_n, block_k, group_size, precision):
-  """acc += x_chunk @ W_chunk^T without reshapes: one dot per nibble j over columns 8w + j.
+def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, group_size, precision):
+  """acc + x_chunk @ W_chunk^T without reshapes: one dot per nibble plane j (columns 8w + j).
 
-  xt(cols) -> [BM, BK/8] loads the activations of the given absolute columns;
-  w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]. The chunk is columns [kk*BK, (kk+1)*BK).
+  act(j) -> [BM, BK/8]: plane j of the chunk's activations (planes layout, nibbles.py: pre-scaled by
+  2**-(4 (j mod 4))); w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; the chunk is columns
+  [kk*BK, (kk+1)*BK); magic: nibbles.MAGIC as a runtime scalar.
   """
   bk8 = block_k // 8
   words = w_ref[e, pl.ds(n0, block_n), pl.ds(kk * bk8, bk8)]                  # [BN, BK/8]
@@ -58,11 +62,9 @@ def _planar_dot(acc, xt, w_ref, s_ref, e, n0, kk, *, block_n, block_k, group_siz
   rows = n0 + jnp.arange(block_n, dtype=jnp.int32)
   # scale of column 8w + j is group (8w + j) // g = (8w) // g for g >= 8 (the same for all j)
   sc = s_ref[e, rows[:, None], (kk * block_k + 8 * w_idx)[None, :] // group_size].astype(jnp.float32)
-  for j in range(8):
-    nib = (words >> (4 * j)) & 0xF
-    q = lax.bitcast_convert_type(nib | _MAGIC, jnp.float32) - _MAGIC_OFFSET     # [BN, BK/8], exact
-    xj = xt(kk * block_k + 8 * w_idx + j)                                       # [BM, BK/8]
-    acc += plgpu.dot(xj, (q * sc).astype(xj.dtype), trans_b=True, precision=precision)
+  for j, q in enumerate(nibble_planes(words, magic)):                          # q: (nib - 8) * 2**e, exact
+    xj = act(j)                                                                 # [BM, BK/8]
+    acc = dot_accumulate(acc, xj, (q * sc).astype(xj.dtype), trans_b=True, precision=precision)
   return acc
 
 
@@ -79,10 +81,11 @@ def load_token_columns(x_ref, toks, tok_ok, cols):
   return plgpu.load(x_ref.at[toks[:, None], cols[None, :]], mask=mask, other=0.)
 
 
-def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, *,
+def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, *,
                     block_m, block_n, block_k, group_size, num_tokens, precision, planar):
-  """bvalid/bexp: [NB] i32; tok: [P_pad] i32 (num_tokens = pad); x: [N, D];
-  gw/uw: i32 [E, I, D/8]; gs/us: [E, I, D/g]; h: [P_pad, I]."""
+  """magic: [1] i32 (nibbles.MAGIC); bvalid/bexp: [NB] i32; tok: [P_pad] i32 (num_tokens = pad);
+  x: [N, D] (planar: in the planes layout); gw/uw: i32 [E, I, D/8]; gs/us: [E, I, D/g];
+  h: [P_pad, I] (planar: written in the planes layout, for the planar down kernel)."""
   blk = pl.program_id(0)
   jn = pl.program_id(1)
   d = x_ref.shape[1]
@@ -94,12 +97,15 @@ def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref
     cols = jnp.arange(block_k, dtype=jnp.int32)
     n0 = jn * block_n
 
+    d8 = d // 8
+    w_idx = jnp.arange(block_k // 8, dtype=jnp.int32)
+
     def body_planar(kk, carry):
       acc_g, acc_u = carry
-      xt = lambda c: load_token_columns(x_ref, toks, tok_ok, c)
+      act = lambda j: load_token_columns(x_ref, toks, tok_ok, j * d8 + kk * (block_k // 8) + w_idx)
       kw = dict(block_n=block_n, block_k=block_k, group_size=group_size, precision=precision)
-      acc_g = _planar_dot(acc_g, xt, gw_ref, gs_ref, e, n0, kk, **kw)
-      acc_u = _planar_dot(acc_u, xt, uw_ref, us_ref, e, n0, kk, **kw)
+      acc_g = _planar_dot(acc_g, act, gw_ref, gs_ref, e, n0, kk, magic_ref[0], **kw)
+      acc_u = _planar_dot(acc_u, act, uw_ref, us_ref, e, n0, kk, magic_ref[0], **kw)
       return acc_g, acc_u
 
     def body(kk, carry):
@@ -108,20 +114,27 @@ def _gate_up_kernel(bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref
       wsl = (e, pl.ds(n0, block_n), pl.ds(kk * (block_k // 8), block_k // 8))
       ssl = (e, pl.ds(n0, block_n), pl.ds(kk * (block_k // group_size), block_k // group_size))
       wg = _dequant(gw_ref[wsl], gs_ref[ssl], group_size, xb.dtype)              # [BN, BK]
-      acc_g += plgpu.dot(xb, wg, trans_b=True, precision=precision)
+      acc_g = dot_accumulate(acc_g, xb, wg, trans_b=True, precision=precision)
       wu = _dequant(uw_ref[wsl], us_ref[ssl], group_size, xb.dtype)
-      acc_u += plgpu.dot(xb, wu, trans_b=True, precision=precision)
+      acc_u = dot_accumulate(acc_u, xb, wu, trans_b=True, precision=precision)
       return acc_g, acc_u
 
     zeros = jnp.zeros((block_m, block_n), jnp.float32)
     acc_g, acc_u = lax.fori_loop(0, d // block_k, body_planar if planar else body, (zeros, zeros))
-    h = acc_g * jax.nn.sigmoid(acc_g) * acc_u
-    h_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = h.astype(h_ref.dtype)
+    h = (acc_g * jax.nn.sigmoid(acc_g) * acc_u).astype(h_ref.dtype)
+    if planar:                                   # the planes layout, pre-scaled (exact), for the down kernel
+      cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
+      rows = blk * block_m + jnp.arange(block_m, dtype=jnp.int32)
+      h_ref[rows[:, None], plane_columns(cols, h_ref.shape[1])[None, :]] = (
+          h.astype(jnp.float32) * plane_scale(cols)[None, :]).astype(h_ref.dtype)
+    else:
+      h_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = h
 
 
-def _down_kernel(bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m, block_n, block_k, group_size,
-                 precision, planar):
-  """h: [P_pad, I]; dw: i32 [E, D, I/8]; ds: [E, D, I/g]; y: [P_pad, D] f32."""
+def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m, block_n, block_k,
+                 group_size, precision, planar):
+  """magic: [1] i32; h: [P_pad, I] (planar: planes layout); dw: i32 [E, D, I/8]; ds: [E, D, I/g];
+  y: [P_pad, D] f32."""
   blk = pl.program_id(0)
   jn = pl.program_id(1)
   inter = h_ref.shape[1]
@@ -133,9 +146,12 @@ def _down_kernel(bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m,
 
     rows = blk * block_m + jnp.arange(block_m, dtype=jnp.int32)
 
+    i8 = inter // 8
+    w_idx = jnp.arange(block_k // 8, dtype=jnp.int32)
+
     def body_planar(kk, acc):
-      ht = lambda c: h_ref[rows[:, None], c[None, :]]
-      return _planar_dot(acc, ht, dw_ref, ds_ref, e, n0, kk, block_n=block_n, block_k=block_k,
+      act = lambda j: h_ref[rows[:, None], (j * i8 + kk * (block_k // 8) + w_idx)[None, :]]
+      return _planar_dot(acc, act, dw_ref, ds_ref, e, n0, kk, magic_ref[0], block_n=block_n, block_k=block_k,
                          group_size=group_size, precision=precision)
 
     def body(kk, acc):
@@ -143,7 +159,7 @@ def _down_kernel(bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m,
       w = _dequant(dw_ref[e, pl.ds(n0, block_n), pl.ds(kk * (block_k // 8), block_k // 8)],
                    ds_ref[e, pl.ds(n0, block_n), pl.ds(kk * (block_k // group_size), block_k // group_size)],
                    group_size, hb.dtype)
-      return acc + plgpu.dot(hb, w, trans_b=True, precision=precision)
+      return dot_accumulate(acc, hb, w, trans_b=True, precision=precision)
 
     acc = lax.fori_loop(0, inter // block_k, body_planar if planar else body,
                         jnp.zeros((block_m, block_n), jnp.float32))
@@ -256,6 +272,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   p_pad = row_token.shape[0]
   nb = p_pad // block_m
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+  magic = jnp.full((1,), MAGIC, jnp.int32)
 
   h = pl.pallas_call(
       functools.partial(_gate_up_kernel, block_m=block_m, block_n=block_n, block_k=block_k,
@@ -263,7 +280,8 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
       grid=(nb, inter // block_n),
       out_shape=jax.ShapeDtypeStruct((p_pad, inter), x.dtype),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up",
-  )(block_valid, block_expert, row_token, x, gate_packed, gate_scale, up_packed, up_scale)
+  )(magic, block_valid, block_expert, row_token, activation_planes(x).reshape(n, d).astype(x.dtype) if planar else x,
+    gate_packed, gate_scale, up_packed, up_scale)
 
   y = pl.pallas_call(
       functools.partial(_down_kernel, block_m=block_m, block_n=block_n, block_k=block_k_down,
@@ -271,7 +289,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
       grid=(nb, d // block_n),
       out_shape=jax.ShapeDtypeStruct((p_pad, d), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_down",
-  )(block_valid, block_expert, h, down_packed, down_scale)
+  )(magic, block_valid, block_expert, h, down_packed, down_scale)
 
   # Rows of unused blocks are never written: select (not multiply) so that they cannot leak.
   yk = y[pos]                                                                 # [N, K, D]

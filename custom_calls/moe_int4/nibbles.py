@@ -1,0 +1,50 @@
+"""Nibble planes: how the INT4 kernels dequantise compressed-tensors words in registers.
+
+A word holds 8 nibbles; nibble j (bits 4j..4j+3) is column 8w + j of word w, stored as q + 8. Plane j of a
+[rows, words] tile is the float tile of nibble j. Extraction costs one LOP3 and one FADD per weight:
+nibble j (j < 4 from the word, j >= 4 from the word shifted down 16 bits once) is masked IN PLACE and OR-ed
+into the mantissa of 2**23, so the float reads 2**23 + nib * 2**e (e = 4 (j mod 4)), and subtracting
+2**23 + 8 * 2**e leaves (nib - 8) * 2**e exactly. The 2**e is not shifted back: the activations of plane j
+are pre-multiplied by 2**-e (exact), which `activation_planes` does once per call (and the gate/up kernels
+do when they write h for the down projection).
+
+The activation layout that goes with it, "planes": [n, j * (K/8) + w] = x[n, 8w + j] * 2**-(4 (j mod 4)),
+so that plane j's activations of a run of words are contiguous.
+"""
+import jax.numpy as jnp
+from jax import lax
+
+MAGIC = 0x4B000000          # float32 bits of 2**23
+
+
+def nibble_planes(words, magic):
+  """words: int32 [BN, W] -> [(nib_j - 8) * 2**e_j as float32 [BN, W] for nibbles j = 0..7], e_j = 4 (j mod 4).
+
+  `magic` must be MAGIC, passed as a runtime value (loaded from an input): with two immediates,
+  mask-then-or compiles to two LOP3s; with the magic in a register it is one (H200 SASS).
+  """
+  hi = words >> 16
+  planes = []
+  for j in range(8):
+    src, e = (words, 4 * j) if j < 4 else (hi, 4 * (j - 4))
+    bits = (src & (0xF << e)) | magic
+    planes.append(lax.bitcast_convert_type(bits, jnp.float32) - (8388608.0 + 8.0 * 2.0 ** e))
+  return planes
+
+
+def plane_scale(j):
+  """2**-(4 (j mod 4)) for integer j (array or int), exactly: built from the float32 exponent bits."""
+  return lax.bitcast_convert_type(((127 - 4 * (j & 3)) << 23).astype(jnp.int32), jnp.float32)
+
+
+def activation_planes(x):
+  """x: [N, D] -> f32 [N, 8, D/8]: [n, j, w] = x[n, 8w + j] * 2**-(4 (j mod 4)) (reshape to [N, D] for the
+  planes layout)."""
+  n, d = x.shape
+  scale = plane_scale(jnp.arange(8, dtype=jnp.int32))                                  # [8]
+  return jnp.swapaxes(x.astype(jnp.float32).reshape(n, d // 8, 8) * scale, 1, 2)
+
+
+def plane_columns(cols, k):
+  """Column indices n of a K-wide row -> their position in the planes layout (n mod 8) * K/8 + n // 8."""
+  return (cols & 7) * (k // 8) + (cols >> 3)

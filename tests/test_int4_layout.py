@@ -46,3 +46,17 @@ def test_bad_inputs():
     pack_int4(np.full((1, 8), 9))
   with pytest.raises(TypeError, match="int32"):
     unpack_int4(jnp.zeros((1, 1), jnp.int16))
+
+
+def test_nibble_planes_are_exact_and_match_the_packing():
+  """Plane j of nibbles.nibble_planes is (q - 8 offset removed) * 2**(4 (j mod 4)) of column 8w + j, exactly."""
+  from custom_calls.moe_int4.layout import unpack_int4
+  from custom_calls.moe_int4.nibbles import MAGIC, nibble_planes, plane_columns, plane_scale
+  rng = np.random.default_rng(3)
+  words = jnp.asarray(rng.integers(-2**31, 2**31, size=(4, 16), dtype=np.int64).astype(np.int32))
+  q = np.asarray(unpack_int4(words), np.float32)                                # [4, 128], columns 8w + j
+  planes = nibble_planes(words, jnp.int32(MAGIC))
+  for j, plane in enumerate(planes):
+    np.testing.assert_array_equal(np.asarray(plane * plane_scale(jnp.int32(j))), q[:, j::8])
+  cols = jnp.arange(128, dtype=jnp.int32)
+  np.testing.assert_array_equal(np.asarray(plane_columns(cols, 128)), (np.arange(128) % 8) * 16 + np.arange(128) // 8)

@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_convert(*args, devices: int = 1):
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+             XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}").strip())
   return subprocess.run([sys.executable, "-m", "ddtree_jax.cli.convert", *args], env=env, capture_output=True,
                         text=True, timeout=120)
 

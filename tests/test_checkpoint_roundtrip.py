@@ -128,7 +128,8 @@ def test_drafter_roundtrip(ckpts):
 
 
 def test_roundtrip_8_virtual_devices(ckpts):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip(),
              PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   r = subprocess.run([sys.executable, __file__, ckpts["k26"], str(ckpts["dir"] / "conv8")], env=env,
                      capture_output=True, text=True, timeout=300)

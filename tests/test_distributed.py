@@ -23,7 +23,7 @@ def _free_port() -> int:
 
 def _env(devices: int):
   return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+              XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}").strip())
 
 
 def _cmd(out, *flag_args):

@@ -65,7 +65,8 @@ def test_k26_rules():
 # ---- 8 virtual devices (subprocess) ---------------------------------------------------------------
 
 def _run(full: bool):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip(),
              PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   r = subprocess.run([sys.executable, __file__, "1" if full else "0"], env=env, capture_output=True, text=True,
                      timeout=1800)

@@ -12,7 +12,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def results():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip(),
              PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   r = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]

@@ -58,13 +58,16 @@ def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, g
   """
   bk8 = block_k // 8
   words = w_ref[e, pl.ds(n0, block_n), pl.ds(kk * bk8, bk8)]                  # [BN, BK/8]
-  w_idx = jnp.arange(bk8, dtype=jnp.int32)
-  rows = n0 + jnp.arange(block_n, dtype=jnp.int32)
-  # scale of column 8w + j is group (8w + j) // g = (8w) // g for g >= 8 (the same for all j)
-  sc = s_ref[e, rows[:, None], (kk * block_k + 8 * w_idx)[None, :] // group_size].astype(jnp.float32)
+  # Column 8w + j lies in group 8w // g for every j (g >= 8): the g/8 adjacent words of a group share one
+  # scale. Scales load as a contiguous [BN, BK/g] tile and multiply through a [BN, BK/g, g/8] view (a
+  # per-word gather would give the tile a layout that stores to shared memory one element at a time).
+  wpg = group_size // 8
+  sc = s_ref[e, pl.ds(n0, block_n), pl.ds(kk * block_k // group_size, block_k // group_size)]
+  sc = sc.astype(jnp.float32)[:, :, None]                                       # [BN, BK/g, 1]
   for j, q in enumerate(nibble_planes(words, magic)):                          # q: (nib - 8) * 2**e, exact
     xj = act(j)                                                                 # [BM, BK/8]
-    acc = dot_accumulate(acc, xj, (q * sc).astype(xj.dtype), trans_b=True, precision=precision)
+    w = (q.reshape(block_n, bk8 // wpg, wpg) * sc).reshape(block_n, bk8).astype(xj.dtype)
+    acc = dot_accumulate(acc, xj, w, trans_b=True, precision=precision)
   return acc
 
 

@@ -282,15 +282,15 @@ def gemv_sweep(m):
             gv(num_warps=2), gv(block_k=512), gv(num_stages=3), gv(num_stages=1)]
   runs = lambda rs, **kw: [gv(sort_pairs=True, rows_per_run=r, **kw) for r in rs]
   if m <= 1:
-    return launch
+    return [launch[0], launch[4], launch[1]] + launch[2:4] + launch[5:]
   if m <= 8:
-    return launch + runs([1, 2])
+    return [gv(), gv(num_warps=8)] + runs([2]) + launch[1:]
   if m <= 64:
-    return runs([1, 2, 4]) + runs([1, 2, 4], block_n=8) + [gv(sort_pairs=False, rows_per_run=1)]
+    return runs([2]) + runs([4]) + runs([2], block_n=8) + runs([1]) + [gv(sort_pairs=False, rows_per_run=1)]
   if m <= 128:
     return runs([2, 4]) + runs([8], block_k=512) + runs([2, 4], block_n=8)
-  return (runs([4]) + runs([8], block_k=512) + runs([4], block_n=8) + runs([4, 8], num_warps=8, block_k=512)
-          + runs([16], block_k=256))
+  return (runs([8], block_k=512) + runs([4]) + runs([16], block_k=256) + runs([4], block_n=8)
+          + runs([4, 8], num_warps=8, block_k=512))
 
 
 def moe_sweep(smoke):
@@ -317,7 +317,8 @@ def moe_sweep(smoke):
       4096: grouped_big}
 
 
-def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernels=None, baselines=True):
+def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernels=None, baselines=True,
+              max_configs=0):
   """rows: the M values to run (default: all of the sweep); kernels: which families of the sweep to time
   (default all; 'default' = the dispatch's defaults); baselines: time ragged_dot and the XLA reference too."""
   if smoke:
@@ -332,6 +333,8 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
     ms = rows
   if kernels:
     sweep = {m: [c for c in cfgs if c.get("kernel", "grouped") in kernels] for m, cfgs in sweep.items()}
+  if max_configs:
+    sweep = {m: cfgs[:max_configs] for m, cfgs in sweep.items()}
   base = moe_inputs(0, max(ms), e, d, inter)
   experts = base[3:]
   # bf16 weights for the ragged_dot baseline: [E, D, I] gate/up, [E, I, D] down.
@@ -478,6 +481,7 @@ def main():
   ap.add_argument("--moe-planar-only", action="store_true", help="MoE: only the planar-dequant configs, no baselines")
   ap.add_argument("--moe-rows", default="", help="MoE: comma-separated token counts (default: the whole sweep)")
   ap.add_argument("--moe-kernels", default="", help="MoE: kernel families to time, e.g. gemv,default")
+  ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")
   a = ap.parse_args()
@@ -489,7 +493,7 @@ def main():
   if a.only in ("moe", "all"):
     bench_moe(copy_bw, mm, a.smoke, a.budget if a.only == "moe" else a.budget * 0.42, a.moe_planar_only,
               rows=[int(v) for v in a.moe_rows.split(",") if v], kernels=[v for v in a.moe_kernels.split(",") if v],
-              baselines=not a.no_baselines)
+              baselines=not a.no_baselines, max_configs=a.moe_max_configs)
   if a.only in ("mla", "all"):
     bench_mla(copy_bw, mm, a.smoke, a.budget)
   t = table()

@@ -153,7 +153,8 @@ def mla_xla_bf16(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale):
   return jnp.einsum("bths,bsr->bthr", p.astype(ckv.dtype), ckv, preferred_element_type=f32).astype(q_lat.dtype)
 
 
-def bench_mla(copy_bw, mm, smoke, budget_s):
+def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False):
+  """only_shapes: [(B, T, H, ctx)] to run instead of the full grid; no_sweep: default configs only."""
   if smoke:
     shapes = [(1, 1, 8, 256), (1, 5, 8, 256), (2, 3, 4, 128)]
     sweep = {(1, 1, 8, 256): [dict(block_k=32, num_splits=4)]}
@@ -177,6 +178,10 @@ def bench_mla(copy_bw, mm, smoke, budget_s):
         (1, 64, 8, 32768): [dict(block_m=64, block_k=32, num_warps=4), dict(num_splits=8), dict(num_splits=16)],
         (1, 257, 8, 32768): [dict(num_splits=2), dict(block_k=32, num_warps=4)],
     }
+  if only_shapes:
+    shapes = only_shapes
+  if no_sweep:
+    sweep = {}
   interp = smoke
   for (b, t, h, s) in shapes:
     if time.time() - T0 > budget_s:
@@ -481,6 +486,8 @@ def main():
   ap.add_argument("--moe-planar-only", action="store_true", help="MoE: only the planar-dequant configs, no baselines")
   ap.add_argument("--moe-rows", default="", help="MoE: comma-separated token counts (default: the whole sweep)")
   ap.add_argument("--moe-kernels", default="", help="MoE: kernel families to time, e.g. gemv,default")
+  ap.add_argument("--mla-shapes", default="", help="MLA: 'B,T,H,ctx;...' instead of the full grid")
+  ap.add_argument("--mla-no-sweep", action="store_true", help="MLA: default configs only")
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")
@@ -495,7 +502,9 @@ def main():
               rows=[int(v) for v in a.moe_rows.split(",") if v], kernels=[v for v in a.moe_kernels.split(",") if v],
               baselines=not a.no_baselines, max_configs=a.moe_max_configs)
   if a.only in ("mla", "all"):
-    bench_mla(copy_bw, mm, a.smoke, a.budget)
+    bench_mla(copy_bw, mm, a.smoke, a.budget,
+              only_shapes=[tuple(map(int, v.split(","))) for v in a.mla_shapes.split(";") if v],
+              no_sweep=a.mla_no_sweep)
   t = table()
   with open(os.path.join(OUT, "kernels_table.md"), "w") as f:
     f.write(t + "\n")

@@ -10,9 +10,11 @@ from custom_calls.moe_int4.reference import routed_experts_dense_reference, rout
 from custom_calls.moe_int4.repack import Int4Experts, repack
 
 _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
-# Up to this many tokens the split-K kernels (pallas_splitk.py: few rows per expert, memory-bound) run;
-# above it the grouped kernels (pallas_triton.py). Chosen from the H200 measurements in benchmarks/RESULTS.md.
-SPLITK_MAX_TOKENS = 4       # H200: 1 token 0.109 vs 0.234 ms; 8 tokens 0.360 vs 0.297 ms
+# Up to this many tokens the few-token kernels (pallas_gemv.py: column-tile programs, CUDA-core dequantisation)
+# run; above it the grouped tensor-core kernels (pallas_triton.py). H200 (benchmarks/RESULTS.md, issue 6 fourth
+# round): 1 token 0.033 ms vs 0.072 (split-K, the former choice); 8 tokens 0.172 vs 0.288 (grouped); 64 tokens
+# 0.98 vs 0.61 (grouped). 9-63 tokens were not measured.
+GEMV_MAX_TOKENS = 8
 
 
 def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
@@ -20,7 +22,7 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
   """See reference.py for shapes.
 
   impl: "auto" (the Pallas Triton kernels on GPU backends for supported shapes, else the XLA reference;
-  split-K for up to SPLITK_MAX_TOKENS tokens, grouped above),
+  pallas_gemv for up to GEMV_MAX_TOKENS tokens, grouped above),
   "xla", "pallas" (GPU), "pallas_interpret" (the kernel under the Pallas interpreter, for CPU tests).
   """
   if impl not in _IMPLS:
@@ -38,9 +40,9 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
         f"{gate_packed.shape}, down_packed {down_packed.shape}, group_size {group_size} "
         "(need D % 256 == 0, I % 128 == 0, power-of-two group size 8..128)")
   interpret = impl == "pallas_interpret"
-  from custom_calls.moe_int4 import pallas_splitk
-  if x.shape[0] <= SPLITK_MAX_TOKENS and pallas_splitk.supported(x, gate_packed, down_packed, group_size):
-    return pallas_splitk.routed_experts_int4_splitk(*args, expert_offset, group_size=group_size, interpret=interpret)
+  from custom_calls.moe_int4 import pallas_gemv
+  if x.shape[0] <= GEMV_MAX_TOKENS and pallas_gemv.supported(x, gate_packed, down_packed, group_size):
+    return pallas_gemv.routed_experts_int4_gemv(*args, expert_offset, group_size=group_size, interpret=interpret)
   return pallas_triton.routed_experts_int4_pallas(*args, expert_offset, group_size=group_size, interpret=interpret)
 
 

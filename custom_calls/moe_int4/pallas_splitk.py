@@ -1,5 +1,9 @@
 """INT4 grouped MoE for few rows per expert (decode, draft-tree verify): split-K Pallas Triton kernels.
 
+Not used by the dispatch any more: pallas_gemv.py replaced it at few tokens (H200, 1 token: 0.033 ms against
+this kernel's 0.072; benchmarks/RESULTS.md, issue 6 fourth round). Kept as a benchmarked alternative
+(benchmarks/kernels.py) and for its interpreter tests.
+
 With a handful of (token, expert) pairs per expert the step is memory-bound: every hit expert's INT4
 words (24.8 MB per K2.6 expert) must stream at full bandwidth, and the dequantisation must cost less
 ALU than the bytes take to arrive. Three choices serve that (pallas_triton.py is the path for many rows):

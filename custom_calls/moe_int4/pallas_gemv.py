@@ -3,7 +3,7 @@
 At a few (token, expert) pairs per device the step reads each hit expert's INT4 words once (24.8 MB per
 K2.6 expert) and does almost no arithmetic per byte, so it must stream at HBM speed, and the
 dequantisation must cost fewer instructions than the bytes take to arrive (about 22 weights per cycle
-per SM on an H200). This path has no tensor-core dots, no routing sort and no atomics:
+per SM on an H200). This path has no tensor-core dots and, in token order, no routing sort and no atomics:
 
 - Grid = column tiles only: program j owns output columns [j*BN, (j+1)*BN) of every pair (gate/up: of
   h; down: of the output). It loops over the pairs itself, so the grid is the same at 1 and 64 tokens
@@ -15,9 +15,10 @@ per SM on an H200). This path has no tensor-core dots, no routing sort and no at
   straight in that layout.
 - Down: program j walks tokens in order and their top-k pairs, summing weight * y in registers, and
   writes out[token, tile] once: every output element is written exactly once, no zero-fill.
-- Optionally (`sort_pairs`, for tens of tokens) the gate/up kernel visits the local pairs sorted by expert,
-  so that pairs sharing an expert read its tile back to back (L1/L2 hits) and the loop stops at the
-  last local pair.
+- Optionally (`sort_pairs`) both kernels visit the local pairs sorted by expert (one XLA argsort), and runs
+  of up to `rows_per_run` pairs of one expert share one dequantised tile; the down kernel then adds into a
+  zeroed fp32 output with atomics. On the H200 this lost to the grouped tensor-core kernels from 64
+  tokens on, so the dispatch uses token order (up to 8 tokens) only.
 
 Numerics: weights are exact ((nib - 8) * scale in fp32), products and sums fp32; h is rounded to the
 activation dtype before the down projection, as in the reference.
@@ -175,8 +176,7 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
     @pl.when(in_run[0])
     def _():
       (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
-                             block_n=block_n,
-                             block_k=block_k, group_size=group_size)                      # R x [BN]
+                             block_n=block_n, block_k=block_k, group_size=group_size)    # R x [BN]
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
       for p, ok, y in zip(pairs, in_run, y_rows):

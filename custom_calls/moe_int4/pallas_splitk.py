@@ -11,12 +11,9 @@ ALU than the bytes take to arrive. Three choices serve that (pallas_triton.py is
 - Split-K: grid (row block, N tile, K split). Thousands of short programs keep enough loads in flight
   at batch 1; their fp32 partial sums are atomically added into zero-initialised outputs (so the sum
   order, and the last bit of the result, can vary from run to run).
-- Dequantisation without shifts or int->float conversions: for nibble j of a word (j < 4 from the word,
-  j >= 4 from the word shifted down 16 bits once), the nibble is masked in place and OR-ed into the
-  mantissa of 2**23, so the float reads 2**23 + nib * 2**e with e = 4 (j mod 4); subtracting
-  2**23 + 8 * 2**e leaves (nib - 8) * 2**e exactly. The 2**-e goes onto the activations (an exact
-  power-of-two scale of a [rows, BK/8] tile, not of the [BN, BK/8] weight tile). Per weight: one LOP3,
-  one FADD and the group scale's FMUL.
+- Dequantisation without shifts or int->float conversions (nibbles.nibble_planes: (nib - 8) * 2**e, exact);
+  the 2**-e goes onto the activations here (an exact power-of-two scale of a [rows, BK/8] tile, not of the
+  [BN, BK/8] weight tile). Per weight: the nibble's masking, one FADD and the group scale's FMUL.
 - TF32 tensor-core dots on fp32 operands: bf16 activations and (nib - 8) * scale (<= 11 significant bits)
   are exact in TF32, so every product is exact and sums are fp32 (no bf16 rounding of the weights).
   float32 activations, or scales that are not bf16, use full fp32 dots instead (Precision.HIGHEST).
@@ -38,22 +35,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from custom_calls.moe_int4.nibbles import MAGIC, nibble_planes
 from custom_calls.moe_int4.pallas_triton import block_tokens, load_token_columns, route
 
-_MAGIC = 0x4B000000          # float32 bits of 2**23
 BLOCK_M = 16                 # rows per row block: the smallest tensor-core tile (routes are padded to it)
-
-
-def _nibble_planes(words):
-  """words: int32 [BN, W] -> 8 x ((nib - 8) * 2**e as float32 [BN, W], e) for nibbles j = 0..7."""
-  hi = words >> 16                                                       # nibbles 4..7 in bits 0..15
-  planes = []
-  for j in range(8):
-    src, e = (words, 4 * j) if j < 4 else (hi, 4 * (j - 4))
-    bits = (src & (0xF << e)) | _MAGIC                                   # 2**23 + nib * 2**e (e <= 12)
-    q = lax.bitcast_convert_type(bits, jnp.float32) - (8388608.0 + 8.0 * 2.0 ** e)
-    planes.append((q, e))
-  return planes
 
 
 def _chunk_dots(accs, load_act, w_refs, s_refs, e, n0, k0, *, block_n, block_k, group_size, precision):
@@ -69,12 +54,12 @@ def _chunk_dots(accs, load_act, w_refs, s_refs, e, n0, k0, *, block_n, block_k, 
     words = w_ref[e, pl.ds(n0, block_n), pl.ds(k0 // 8, bk8)]                          # [BN, BK/8]
     # column 8w + j lies in group (k0 + 8w) // g for every j (g >= 8)
     scales.append(s_ref[e, rows[:, None], ((k0 + 8 * w_idx) // group_size)[None, :]].astype(jnp.float32))
-    planes.append(_nibble_planes(words))
+    planes.append(nibble_planes(words, MAGIC))       # immediate magic: two LOP3s (fine for an undispatched kernel)
   accs = list(accs)
   for j in range(8):
     act = load_act(k0 + 8 * w_idx + j)                                                  # [BM, BK/8] f32
     for i in range(len(accs)):
-      q, ex = planes[i][j]
+      q, ex = planes[i][j], 4 * (j % 4)                                                  # (nib - 8) * 2**ex
       a = act * (2.0 ** -ex) if ex else act
       accs[i] += plgpu.dot(a, q * scales[i], trans_b=True, precision=precision)
   return accs

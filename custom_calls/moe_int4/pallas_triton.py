@@ -32,8 +32,7 @@ from jax.experimental.pallas import triton as plgpu
 from custom_calls.dot_accumulate import dot_accumulate
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
-_MAGIC = 0x4B000000          # float32 bits of 2**23: (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23
-_MAGIC_OFFSET = 8388608.0 + 8.0
+_MAGIC_OFFSET = 8388608.0 + 8.0           # (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23 (nibbles.MAGIC)
 
 
 def _dequant(words, scales, group_size, dtype):
@@ -43,7 +42,7 @@ def _dequant(words, scales, group_size, dtype):
   shifts = jnp.arange(8, dtype=jnp.int32) * 4
   nib = (words[:, :, None] >> shifts[None, None, :]) & 0xF                     # [BN, BK/8, 8]
   # int -> float without a conversion instruction: 2**23 + nib, then subtract 2**23 + 8.
-  q = lax.bitcast_convert_type(nib | _MAGIC, jnp.float32) - _MAGIC_OFFSET      # exact, in [-8, 7]
+  q = lax.bitcast_convert_type(nib | MAGIC, jnp.float32) - _MAGIC_OFFSET      # exact, in [-8, 7]
   q = q.reshape(bn, bk // group_size, group_size)
   w = q * scales.astype(jnp.float32)[:, :, None]
   return w.reshape(bn, bk).astype(dtype)

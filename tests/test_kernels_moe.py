@@ -117,24 +117,6 @@ def test_gpu_kernel(n, kernel):
   assert rel_err(out, reference_f32(x, ids, w, experts, 0)) < 1e-2
 
 
-SPLITK_CASES = [
-    # (tokens, top-k, global experts, local experts, expert_offset, dtype, D, I, kernel options)
-    (5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, splits_up=4, splits_down=2)),   # shard, splits
-    (9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, {}),                                             # bf16 (TF32 dots on a GPU)
-]
-
-
-@pytest.mark.parametrize("n,k,e_total,e_local,offset,dtype,d,inter,opts", SPLITK_CASES)
-def test_splitk_matches_reference(n, k, e_total, e_local, offset, dtype, d, inter, opts):
-  """The split-K (few rows per expert) kernels: atomics into zeroed outputs, shift-free dequantisation."""
-  from custom_calls.moe_int4.pallas_splitk import routed_experts_int4_splitk
-  x, ids, w, experts = make_inputs(n * 5 + k, n, k, e_total, e_local, d, inter, dtype)
-  out = routed_experts_int4_splitk(x, ids, w, *experts, offset, interpret=True, **opts)
-  assert out.shape == x.shape and out.dtype == dtype
-  tol = 1e-5 if dtype == jnp.float32 else 1e-2
-  assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < tol
-
-
 def test_gemv_through_dispatch_repeated_experts_and_traced_offset():
   """At <= GEMV_MAX_TOKENS tokens the dispatch runs pallas_gemv: a token routed twice to one expert counts
   twice, a token with no local expert gives an exact zero row, and the offset may be traced."""
@@ -149,21 +131,27 @@ def test_gemv_through_dispatch_repeated_experts_and_traced_offset():
   np.testing.assert_array_equal(np.asarray(out[1]), 0.0)
 
 
-GEMV_CASES = [
-    # (tokens, top-k, global experts, local experts, expert_offset, dtype, D, I, kernel options)
-    (5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, sort_pairs=False)),            # shard, token order
-    (9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, dict(block_k=128, block_n=8, sort_pairs=True)),  # bf16, sorted pairs
-    (9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=True, rows_per_run=4)),  # runs of 4 rows
-    (9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=False, rows_per_run=2)),  # runs, token order
+FEW_TOKEN_CASES = [
+    # (kernel, tokens, top-k, global experts, local experts, expert_offset, dtype, D, I, kernel options)
+    ("splitk", 5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, splits_up=4, splits_down=2)),  # shard, splits
+    ("splitk", 9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, {}),                          # bf16 (TF32 dots on a GPU)
+    ("gemv", 5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, sort_pairs=False)),        # shard, token order
+    ("gemv", 9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, dict(block_k=128, block_n=8, sort_pairs=True)),  # sorted pairs
+    ("gemv", 9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=True, rows_per_run=4)),  # runs of 4
+    ("gemv", 9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=False, rows_per_run=2)),  # token order
 ]
 
 
-@pytest.mark.parametrize("n,k,e_total,e_local,offset,dtype,d,inter,opts", GEMV_CASES)
-def test_gemv_matches_reference(n, k, e_total, e_local, offset, dtype, d, inter, opts):
-  """The few-token kernels (column-tile programs looping over the pairs, CUDA-core dequantisation)."""
+@pytest.mark.parametrize("kernel,n,k,e_total,e_local,offset,dtype,d,inter,opts", FEW_TOKEN_CASES)
+def test_few_token_kernels_match_reference(kernel, n, k, e_total, e_local, offset, dtype, d, inter, opts):
+  """split-K (atomics into zeroed outputs) and gemv (column-tile programs looping over the pairs, CUDA-core
+  dequantisation), both with shift-free nibble planes."""
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
-  x, ids, w, experts = make_inputs(n * 3 + k, n, k, e_total, e_local, d, inter, dtype)
-  out = routed_experts_int4_gemv(x, ids, w, *experts, offset, interpret=True, **opts)
+  from custom_calls.moe_int4.pallas_splitk import routed_experts_int4_splitk
+  fn = {"splitk": routed_experts_int4_splitk, "gemv": routed_experts_int4_gemv}[kernel]
+  seed = n * 5 + k if kernel == "splitk" else n * 3 + k
+  x, ids, w, experts = make_inputs(seed, n, k, e_total, e_local, d, inter, dtype)
+  out = fn(x, ids, w, *experts, offset, interpret=True, **opts)
   assert out.shape == x.shape and out.dtype == dtype
   tol = 1e-5 if dtype == jnp.float32 else 1e-2
   assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < tol

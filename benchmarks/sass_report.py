@@ -29,21 +29,16 @@ def lower(args):
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   import jax
   import jax.numpy as jnp
-  from jax._src import mesh as mesh_lib
-  from jax._src.pallas.triton import pallas_call_registration
+  from custom_calls.gpu_lowering import lower_for_abstract_gpu
 
   os.makedirs(args.out, exist_ok=True)
-  lowering = pallas_call_registration.lowering
-  original = lowering.lower_jaxpr_to_triton_module
   written = []
 
-  def dump(*a, **k):
-    result = original(*a, **k)
+  def dump(module):
     path = os.path.join(args.out, f"{args.kernel}_{len(written) + 1}.ttir")
     with open(path, "w") as f:
-      f.write(result.module.operation.get_asm(enable_debug_info=False))
+      f.write(module.operation.get_asm(enable_debug_info=False))
     written.append(path)
-    return result
 
   S = jax.ShapeDtypeStruct
   kw = dict(eval(f"dict({args.kwargs})")) if args.kwargs else {}
@@ -63,14 +58,7 @@ def lower(args):
               S((e, d, inter // 8), jnp.int32), S((e, d, inter // 32), jnp.bfloat16))
     kernel = routed_experts_int4_gemv if args.kernel == "moe_gemv" else routed_experts_int4_pallas
     fn = lambda *a: kernel(*a, 0, **kw)
-  device = mesh_lib.AbstractDevice(device_kind="NVIDIA H200", num_cores=132, platform="gpu")
-  mesh = jax.sharding.AbstractMesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=device)
-  lowering.lower_jaxpr_to_triton_module = dump
-  try:
-    with jax.sharding.use_abstract_mesh(mesh):
-      jax.jit(fn).trace(*shapes).lower(lowering_platforms=("cuda",))
-  finally:
-    lowering.lower_jaxpr_to_triton_module = original
+  lower_for_abstract_gpu(fn, *shapes, on_module=dump)
   print("\n".join(written))
 
 

@@ -6,14 +6,11 @@ scf.for whose bounds have different integer types). Here each kernel is lowered 
 with an abstract NVIDIA H200 (no GPU needed) and the MLIR verifier runs on every Triton module.
 PTX generation itself still needs the GPU (the `gpu`-marked tests).
 """
-import contextlib
-
 import jax
 import jax.numpy as jnp
 import pytest
-from jax._src import mesh as mesh_lib
-from jax._src.pallas.triton import pallas_call_registration
 
+from custom_calls.gpu_lowering import lower_for_abstract_gpu
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_splitk import routed_experts_int4_splitk
@@ -24,33 +21,17 @@ from custom_calls.tree_verify.pallas_triton import tree_walk_pallas
 S = jax.ShapeDtypeStruct
 
 
-@contextlib.contextmanager
-def verified_triton_modules(names):
-  """Wrap the Pallas Triton lowering so that each module it builds is verified; one entry per module."""
-  lowering = pallas_call_registration.lowering
-  original = lowering.lower_jaxpr_to_triton_module
-
-  def lower_and_verify(*args, **kwargs):
-    result = original(*args, **kwargs)
-    result.module.operation.verify()                 # raises MLIRError with the failing op on a bad module
-    names.append(args[0] if args else kwargs.get("jaxpr"))
-    return result
-
-  lowering.lower_jaxpr_to_triton_module = lower_and_verify
-  try:
-    yield
-  finally:
-    lowering.lower_jaxpr_to_triton_module = original
-
-
 def lower_for_h200(fn, *abstract_args):
-  """Lower fn for CUDA with an abstract H200; returns the number of Triton modules verified."""
-  device = mesh_lib.AbstractDevice(device_kind="NVIDIA H200", num_cores=132, platform="gpu")
-  names = []
-  with verified_triton_modules(names), jax.sharding.use_abstract_mesh(
-      jax.sharding.AbstractMesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=device)):
-    jax.jit(fn).trace(*abstract_args).lower(lowering_platforms=("cuda",))
-  return len(names)
+  """Lower fn for CUDA with an abstract H200, verifying each Triton module (raises MLIRError with the
+  failing op on a bad one); returns the number of modules verified."""
+  modules = []
+
+  def verify(module):
+    module.operation.verify()
+    modules.append(module)
+
+  lower_for_abstract_gpu(fn, *abstract_args, on_module=verify)
+  return len(modules)
 
 
 def moe_args(n, e=8, d=1024, inter=512, dtype=jnp.bfloat16):

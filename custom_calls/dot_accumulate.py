@@ -51,8 +51,7 @@ def _abstract(acc, a, b, *, trans_b, highest):
   return jax.core.ShapedArray(acc.shape, acc.dtype)
 
 
-dot_accumulate_p.def_impl(lambda *args, **kw: jax.jit(_reference, static_argnames=("trans_b", "highest"))(
-    *args, **kw))
+dot_accumulate_p.def_impl(jax.jit(_reference, static_argnames=("trans_b", "highest")))
 mlir.register_lowering(dot_accumulate_p, mlir.lower_fun(_reference, multiple_results=False))
 
 

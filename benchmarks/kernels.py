@@ -298,28 +298,37 @@ def gemv_sweep(m):
           + runs([4, 8], num_warps=8, block_k=512))
 
 
+def grouped_sweep(m):
+  """pallas_triton (grouped, tensor cores) configs for M tokens; the first is the bf16-planes default shape, the
+  second the same shape on the float32 planes of nibbles.py (before/after in one run)."""
+  g = lambda **kw: {**dict(planar=True, block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3), **kw}
+  if m <= 64:
+    return [g(), g(exact_bf16=False), g(block_n=32), g(block_n=128), g(block_k=512), g(num_stages=4),
+            g(block_n=128, num_warps=8)]
+  if m <= 1024:
+    return [g(), g(exact_bf16=False), g(block_m=32), g(block_n=128), g(block_m=32, block_n=128, num_warps=8),
+            g(num_stages=4)]
+  return [g(block_m=64, block_n=128, block_k=128), dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3),
+          g(block_m=128, block_n=128, block_k=128, num_warps=8), g(block_m=64, block_n=128, block_k=128, num_warps=8),
+          g(block_m=128, block_n=64, block_k=128, num_warps=8)]
+
+
 def moe_sweep(smoke):
   """{M rows: [config]}; config['kernel'] picks pallas_splitk, pallas_gemv or (default) pallas_triton."""
   if smoke:
     return [1, 8, 40], {1: [dict(kernel="splitk", block_k=128, splits_up=2, splits_down=1),
                             dict(kernel="gemv", block_k=128)],
                         8: [dict(block_m=16, block_n=32, block_k=64), dict(kernel="splitk", block_k=128),
-                            dict(kernel="gemv", block_k=128, sort_pairs=True)]}
+                            dict(kernel="gemv", block_k=128, sort_pairs=True),
+                            dict(block_m=16, block_n=32, block_k=128, planar=True)]}
   sk = lambda **kw: dict(kernel="splitk", **kw)
-  tiny = [sk(), sk(splits_up=28, splits_down=8), sk(splits_up=7, splits_down=4), sk(block_n=128),
-          sk(num_warps=2), sk(block_k=512, splits_up=14, splits_down=4)]
-  mid = [sk(), sk(splits_up=14, splits_down=8), sk(splits_up=4, splits_down=2), sk(block_n=128)]
-  big = [sk(), sk(splits_up=2, splits_down=1), sk(splits_up=7, splits_down=4), sk(block_n=128, num_warps=8)]
-  grouped_small = [dict(block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3, planar=True)]
-  grouped_big = [dict(block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=3, planar=True),
-                 dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3),
-                 dict(block_m=128, block_n=256, block_k=64, num_warps=8, num_stages=3),
-                 dict(block_m=64, block_n=256, block_k=64, num_warps=8, num_stages=4)]
-  gv = gemv_sweep
-  return [1, 8, 64, 512, 16, 128, 256, 4096], {
-      1: tiny + gv(1), 8: tiny + gv(8), 16: mid + grouped_small + gv(16), 64: mid + grouped_small + gv(64),
-      128: big + grouped_small + gv(128), 256: big + grouped_small + gv(256), 512: big + grouped_small + gv(512),
-      4096: grouped_big}
+  rows = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+  sweep = {}
+  for m in rows:
+    few = [dict(kernel="gemv"), dict(kernel="gemv", num_warps=8)] if m <= 32 else []
+    sweep[m] = (grouped_sweep(m)[:2] + few + grouped_sweep(m)[2:] + (gemv_sweep(m)[2:] if m <= 32 else [])
+                + ([sk()] if m <= 8 else []))
+  return rows, sweep
 
 
 def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernels=None, baselines=True,

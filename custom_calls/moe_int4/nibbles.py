@@ -37,10 +37,12 @@ def plane_scale(j):
   return lax.bitcast_convert_type(((127 - 4 * (j & 3)) << 23).astype(jnp.int32), jnp.float32)
 
 
-def activation_planes(x):
+def activation_planes(x, prescaled=True):
   """x: [N, D] -> f32 [N, 8, D/8]: [n, j, w] = x[n, 8w + j] * 2**-(4 (j mod 4)) (reshape to [N, D] for the
-  planes layout)."""
+  planes layout). prescaled=False: without the 2**-e factors, in x.dtype (for bf16_planes.py's exact planes)."""
   n, d = x.shape
+  if not prescaled:
+    return jnp.swapaxes(x.reshape(n, d // 8, 8), 1, 2)
   scale = plane_scale(jnp.arange(8, dtype=jnp.int32))                                  # [8]
   return jnp.swapaxes(x.astype(jnp.float32).reshape(n, d // 8, 8) * scale, 1, 2)
 

@@ -30,6 +30,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dot_accumulate import dot_accumulate
+from custom_calls.moe_int4.bf16_planes import dequant_planes_bf16
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 _MAGIC_OFFSET = 8388608.0 + 8.0           # (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23 (nibbles.MAGIC)
@@ -48,20 +49,27 @@ def _dequant(words, scales, group_size, dtype):
   return w.reshape(bn, bk).astype(dtype)
 
 
-def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, group_size, precision):
+def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, group_size, precision, exact_bf16):
   """acc + x_chunk @ W_chunk^T without reshapes: one dot per nibble plane j (columns 8w + j).
 
-  act(j) -> [BM, BK/8]: plane j of the chunk's activations (planes layout, nibbles.py: pre-scaled by
-  2**-(4 (j mod 4))); w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; the chunk is columns
+  act(j) -> [BM, BK/8]: plane j of the chunk's activations (planes layout, nibbles.py; pre-scaled by
+  2**-(4 (j mod 4)) unless exact_bf16); w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; the chunk is columns
   [kk*BK, (kk+1)*BK); magic: nibbles.MAGIC as a runtime scalar.
+  exact_bf16 (bf16 activations): the planes come from bf16_planes.py (two weights per instruction, each
+  (nib - 8) * scale rounded once to bf16); otherwise nibbles.py's float32 planes times the scale, cast.
   """
   bk8 = block_k // 8
   words = w_ref[e, pl.ds(n0, block_n), pl.ds(kk * bk8, bk8)]                  # [BN, BK/8]
   # Column 8w + j lies in group 8w // g for every j (g >= 8): the g/8 adjacent words of a group share one
-  # scale. Scales load as a contiguous [BN, BK/g] tile and multiply through a [BN, BK/g, g/8] view (a
+  # scale. Scales load as a contiguous [BN, BK/g] tile and broadcast through a [BN, BK/g, g/8] view (a
   # per-word gather would give the tile a layout that stores to shared memory one element at a time).
   wpg = group_size // 8
   sc = s_ref[e, pl.ds(n0, block_n), pl.ds(kk * block_k // group_size, block_k // group_size)]
+  if exact_bf16:
+    word_scales = jnp.broadcast_to(sc[:, :, None], (block_n, bk8 // wpg, wpg)).reshape(block_n, bk8)
+    for j, w in enumerate(dequant_planes_bf16(words, word_scales.astype(jnp.bfloat16))):   # [BN, BK/8] bf16
+      acc = dot_accumulate(acc, act(j), w, trans_b=True, precision=precision)
+    return acc
   sc = sc.astype(jnp.float32)[:, :, None]                                       # [BN, BK/g, 1]
   for j, q in enumerate(nibble_planes(words, magic)):                          # q: (nib - 8) * 2**e, exact
     xj = act(j)                                                                 # [BM, BK/8]
@@ -84,7 +92,7 @@ def load_token_columns(x_ref, toks, tok_ok, cols):
 
 
 def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, *,
-                    block_m, block_n, block_k, group_size, num_tokens, precision, planar):
+                    block_m, block_n, block_k, group_size, num_tokens, precision, planar, exact_bf16):
   """magic: [1] i32 (nibbles.MAGIC); bvalid/bexp: [NB] i32; tok: [P_pad] i32 (num_tokens = pad);
   x: [N, D] (planar: in the planes layout); gw/uw: i32 [E, I, D/8]; gs/us: [E, I, D/g];
   h: [P_pad, I] (planar: written in the planes layout, for the planar down kernel)."""
@@ -105,7 +113,7 @@ def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_
     def body_planar(kk, carry):
       acc_g, acc_u = carry
       act = lambda j: load_token_columns(x_ref, toks, tok_ok, j * d8 + kk * (block_k // 8) + w_idx)
-      kw = dict(block_n=block_n, block_k=block_k, group_size=group_size, precision=precision)
+      kw = dict(block_n=block_n, block_k=block_k, group_size=group_size, precision=precision, exact_bf16=exact_bf16)
       acc_g = _planar_dot(acc_g, act, gw_ref, gs_ref, e, n0, kk, magic_ref[0], **kw)
       acc_u = _planar_dot(acc_u, act, uw_ref, us_ref, e, n0, kk, magic_ref[0], **kw)
       return acc_g, acc_u
@@ -124,17 +132,18 @@ def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_
     zeros = jnp.zeros((block_m, block_n), jnp.float32)
     acc_g, acc_u = lax.fori_loop(0, d // block_k, body_planar if planar else body, (zeros, zeros))
     h = (acc_g * jax.nn.sigmoid(acc_g) * acc_u).astype(h_ref.dtype)
-    if planar:                                   # the planes layout, pre-scaled (exact), for the down kernel
+    if planar:                                   # the planes layout (pre-scaled, exact, unless exact_bf16)
       cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
       rows = blk * block_m + jnp.arange(block_m, dtype=jnp.int32)
-      h_ref[rows[:, None], plane_columns(cols, h_ref.shape[1])[None, :]] = (
-          h.astype(jnp.float32) * plane_scale(cols)[None, :]).astype(h_ref.dtype)
+      if not exact_bf16:
+        h = (h.astype(jnp.float32) * plane_scale(cols)[None, :]).astype(h_ref.dtype)
+      h_ref[rows[:, None], plane_columns(cols, h_ref.shape[1])[None, :]] = h
     else:
       h_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = h
 
 
 def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m, block_n, block_k,
-                 group_size, precision, planar):
+                 group_size, precision, planar, exact_bf16):
   """magic: [1] i32; h: [P_pad, I] (planar: planes layout); dw: i32 [E, D, I/8]; ds: [E, D, I/g];
   y: [P_pad, D] f32."""
   blk = pl.program_id(0)
@@ -154,7 +163,7 @@ def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, 
     def body_planar(kk, acc):
       act = lambda j: h_ref[rows[:, None], (j * i8 + kk * (block_k // 8) + w_idx)[None, :]]
       return _planar_dot(acc, act, dw_ref, ds_ref, e, n0, kk, magic_ref[0], block_n=block_n, block_k=block_k,
-                         group_size=group_size, precision=precision)
+                         group_size=group_size, precision=precision, exact_bf16=exact_bf16)
 
     def body(kk, acc):
       hb = h_ref[pl.ds(blk * block_m, block_m), pl.ds(kk * block_k, block_k)]      # [BM, BK]
@@ -210,10 +219,6 @@ def default_blocks(num_tokens, num_local):
   (benchmarks/RESULTS.md) at the K2.6 shard (48 experts, D 7168, I 2048), assuming about one local
   (token, expert) pair per token (top-8 of 384 experts over 8 devices)."""
   del num_local
-  if num_tokens <= 2:
-    return 16, 32, 512, 4, 3, False
-  if num_tokens <= 16:
-    return 16, 64, 256, 4, 3, False
   if num_tokens <= 1024:
     return 16, 64, 256, 4, 3, True
   return 128, 128, 64, 8, 3, False
@@ -227,10 +232,11 @@ def supported(x, gate_packed, down_packed, group_size):
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_m", "block_n", "block_k", "num_warps",
-                                             "num_stages", "planar", "interpret"))
+                                             "num_stages", "planar", "exact_bf16", "interpret"))
 def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                down_packed, down_scale, expert_offset=0, *, group_size=32, block_m=None,
-                               block_n=None, block_k=None, num_warps=None, num_stages=None, planar=None, interpret=False):
+                               block_n=None, block_k=None, num_warps=None, num_stages=None, planar=None, exact_bf16=None,
+                               interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -239,6 +245,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   Returns [N, D] in x.dtype. Block sizes default by rows per expert (default_blocks).
   planar (None: by default_blocks, or False when block_k is given) = True: dequantise without reshapes (8 dots of K = block_k/8 per chunk, one per nibble position,
   activations gathered with stride 8); planar=False: unpack to [BN, BK/8, 8] and reshape to [BN, BK].
+  exact_bf16 (None: planar and bf16 x): planar planes from bf16_planes.py (bf16x2 PTX) instead of nibbles.py.
   """
   n, d = x.shape
   k = expert_ids.shape[1]
@@ -269,6 +276,11 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   if block_k % group_size or block_k % 8:
     raise ValueError(f"routed_experts_int4_pallas: block_k {block_k} must be a multiple of group {group_size}")
   precision = lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
+  if exact_bf16 is None:
+    exact_bf16 = planar and x.dtype == jnp.bfloat16
+  if exact_bf16 and not (planar and x.dtype == jnp.bfloat16):
+    raise ValueError(f"routed_experts_int4_pallas: exact_bf16 needs planar=True and bf16 x, got planar={planar}, "
+                     f"x {x.dtype}")
 
   row_token, pos, is_local, block_valid, block_expert = route(expert_ids, e, expert_offset, block_m)
   p_pad = row_token.shape[0]
@@ -278,16 +290,17 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
 
   h = pl.pallas_call(
       functools.partial(_gate_up_kernel, block_m=block_m, block_n=block_n, block_k=block_k,
-                        group_size=group_size, num_tokens=n, precision=precision, planar=planar),
+                        group_size=group_size, num_tokens=n, precision=precision, planar=planar,
+                        exact_bf16=exact_bf16),
       grid=(nb, inter // block_n),
       out_shape=jax.ShapeDtypeStruct((p_pad, inter), x.dtype),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up",
-  )(magic, block_valid, block_expert, row_token, activation_planes(x).reshape(n, d).astype(x.dtype) if planar else x,
+  )(magic, block_valid, block_expert, row_token, (activation_planes(x, prescaled=not exact_bf16).reshape(n, d).astype(x.dtype) if planar else x),
     gate_packed, gate_scale, up_packed, up_scale)
 
   y = pl.pallas_call(
       functools.partial(_down_kernel, block_m=block_m, block_n=block_n, block_k=block_k_down,
-                        group_size=group_size, precision=precision, planar=planar),
+                        group_size=group_size, precision=precision, planar=planar, exact_bf16=exact_bf16),
       grid=(nb, d // block_n),
       out_shape=jax.ShapeDtypeStruct((p_pad, d), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_down",

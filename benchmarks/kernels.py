@@ -29,12 +29,12 @@ import numpy as np
 
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas, default_num_splits
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
-from custom_calls.moe_int4.pallas_splitk import (BLOCK_M, default_splitk_blocks, routed_experts_int4_splitk,
-                                                 splitk_from_routes)
+from custom_calls.moe_int4.pallas_splitk import routed_experts_int4_splitk
 from custom_calls.moe_int4 import routed_experts_int4
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
-from custom_calls.moe_int4.pallas_triton import route
+from custom_calls.moe_int4.pallas_triton import combine, default_blocks, route
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
+from custom_calls.moe_int4.nibbles import activation_planes
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
 from custom_calls.moe_int4.layout import dequantize_int4
 from custom_calls.random_inputs import ancestor_masks
@@ -302,6 +302,8 @@ def grouped_sweep(m):
   """pallas_triton (grouped, tensor cores) configs for M tokens; the first is the bf16-planes default shape, the
   second the same shape on the float32 planes of nibbles.py (before/after in one run)."""
   g = lambda **kw: {**dict(planar=True, block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3), **kw}
+  if m <= 8:
+    return [g(), g(exact_bf16=False), g(block_n=16), g(block_n=32), g(block_n=16, num_warps=2), g(block_k=512)]
   if m <= 64:
     return [g(), g(exact_bf16=False), g(block_n=32), g(block_n=128), g(block_k=512), g(num_stages=4),
             g(block_n=128, num_warps=8)]
@@ -322,10 +324,10 @@ def moe_sweep(smoke):
                             dict(kernel="gemv", block_k=128, sort_pairs=True),
                             dict(block_m=16, block_n=32, block_k=128, planar=True)]}
   sk = lambda **kw: dict(kernel="splitk", **kw)
-  rows = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+  rows = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
   sweep = {}
   for m in rows:
-    few = [dict(kernel="gemv"), dict(kernel="gemv", num_warps=8)] if m <= 32 else []
+    few = [dict(kernel="gemv", num_warps=8)] if m <= 32 else []
     sweep[m] = (grouped_sweep(m)[:2] + few + grouped_sweep(m)[2:] + (gemv_sweep(m)[2:] if m <= 32 else [])
                 + ([sk()] if m <= 8 else []))
   return rows, sweep
@@ -423,27 +425,31 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
 
 
 def bench_moe_parts(smoke):
-  """Where the time of the split-K path goes at few tokens: routing (XLA) alone vs the kernels alone."""
+  """Where the time of the grouped path goes at few tokens, each part timed alone in the same chained harness:
+  the harness itself (an identity call), the routing (argsort + scatters, or ranks by comparisons), the
+  activation planes, the combine, and the whole dispatched call."""
   e, d, inter = (6, 256, 128) if smoke else (48, 7168, 2048)
   experts = moe_inputs(0, 1, e, d, inter)[3:]
-  for m in ([1, 8] if smoke else [1, 4, 8, 64]):
+  for m in ([1, 8] if smoke else [1, 8, 32, 128]):
     row = {"M": m}
     try:
       subs = [moe_inputs(m + 100 * i, m, e, d, inter) for i in range(1 if smoke or m >= 64 else 4)]
-      def route_sum(ids):
-        return sum(jnp.sum(o.astype(jnp.float32)) for o in route(ids, e, 0, BLOCK_M))
-      row["route_s"] = timeit(route_sum, [(s_[1],) for s_ in subs])
-      bn, bk, su, sd, nw, ns = default_splitk_blocks(m)
-      if smoke:
-        bk = 128
-      kern = functools.partial(splitk_from_routes, group_size=32, block_n=bn, block_k=bk, splits_up=su,
-                               splits_down=sd, num_warps=nw, num_stages=ns, interpret=smoke)
-      sets = [(s_[0], route(s_[1], e, 0, BLOCK_M), s_[2]) + experts for s_ in subs]
-      row["kernels_s"] = timeit(lambda x, r, w, *ex: kern(x, r, w, *ex), sets)
-      row["total_s"] = timeit(functools.partial(routed_experts_int4_splitk, expert_offset=0, block_k=bk, interpret=smoke),
+      bm = default_blocks(m, e)[0]
+      row["floor_s"] = timeit(lambda x: x, [s_[:1] for s_ in subs])
+      for by_rank in (False, True):
+        def route_only(x, ids, by_rank=by_rank):       # ids depend on the chain, so calls cannot be merged
+          outs = route(ids + (x[0, 0] * 0).astype(jnp.int32), e, 0, bm, by_rank=by_rank)
+          return sum(jnp.sum(o.astype(jnp.float32)) for o in outs)
+        row["route_rank_s" if by_rank else "route_sort_s"] = timeit(route_only, [s_[:2] for s_ in subs])
+      row["planes_s"] = timeit(lambda x: activation_planes(x, prescaled=False), [s_[:1] for s_ in subs])
+      r = route(subs[0][1], e, 0, bm)
+      y = jax.random.normal(jax.random.PRNGKey(m), (r[0].shape[0], d), jnp.float32)
+      row["combine_s"] = timeit(lambda y_, pos, loc, w: combine(y_, pos, loc, w, jnp.bfloat16),
+                                [(y, r[1], r[2], subs[0][2])])
+      row["total_s"] = timeit(functools.partial(routed_experts_int4, expert_offset=0,
+                                                impl="pallas_interpret" if smoke else "pallas"),
                               [s_[:3] + experts for s_ in subs])
-      log(f"moe parts M={m}: route {row['route_s'] * 1e3:.3f} ms, split-K kernels {row['kernels_s'] * 1e3:.3f} ms, "
-          f"total {row['total_s'] * 1e3:.3f} ms")
+      log(f"moe parts M={m}: " + ", ".join(f"{k_[:-2]} {v * 1e3:.4f} ms" for k_, v in row.items() if k_.endswith("_s")))
     except Exception as e_:  # noqa: BLE001
       row["error"] = repr(e_)[:400]
       log(f"moe parts M={m} failed: {e_!r}"[:500])

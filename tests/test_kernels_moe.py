@@ -82,6 +82,16 @@ def test_route_padding():
         assert rt[int(pos[t, j])] == t
 
 
+@pytest.mark.parametrize("n,k,e_local,offset,block_m", [(3, 2, 4, 0, 4), (37, 8, 6, 5, 16), (5, 8, 48, 100, 16)])
+def test_route_by_rank_equals_argsort_route(n, k, e_local, offset, block_m):
+  rng = np.random.default_rng(n * k)
+  ids = jnp.asarray(rng.integers(0, offset + e_local + 7, size=(n, k)), jnp.int32)   # repeats, remote, local
+  by_rank = route(ids, e_local, offset, block_m, by_rank=True)
+  by_sort = route(ids, e_local, offset, block_m, by_rank=False)
+  for name, a, b in zip(("row_token", "pos", "is_local", "block_valid", "block_expert"), by_rank, by_sort):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+
+
 def test_dispatch():
   x, ids, w, experts = make_inputs(2, 3, 2, 8, 8, 256, 128, jnp.float32)
   ref = routed_experts_int4(x, ids, w, *experts, impl="xla")

@@ -177,34 +177,52 @@ def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, 
     y_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = acc.astype(y_ref.dtype)
 
 
-def route(expert_ids, num_local, expert_offset, block_m):
+# Up to this many (token, k) pairs the routing ranks pairs by comparisons ([P, P] and [P_pad, P] masks, a few
+# fusions) instead of an argsort and two scatters: at a few tokens the routing's launches are its cost.
+RANK_ROUTE_MAX_PAIRS = 1024
+
+
+def route(expert_ids, num_local, expert_offset, block_m, by_rank=None):
   """Sort the local (token, k) pairs by expert, padding each expert to a multiple of block_m.
 
   expert_ids: [N, K] global ids. Returns (row_token [P_pad] (N marks padding), pos [N, K] (row of each
   pair in the padded order), is_local [N, K], block_valid [NB], block_expert [NB]).
+  by_rank (None: P <= RANK_ROUTE_MAX_PAIRS): place pairs by counting comparisons instead of argsort +
+  scatter; the result is identical (a stable sort by local expert).
   """
   n, k = expert_ids.shape
   p = n * k
   p_pad = pl.cdiv(p + min(num_local, p) * (block_m - 1), block_m) * block_m
+  if by_rank is None:
+    by_rank = p <= RANK_ROUTE_MAX_PAIRS
   local = expert_ids.astype(jnp.int32) - expert_offset
   is_local = (local >= 0) & (local < num_local)
   key = jnp.where(is_local, local, num_local).reshape(-1)                    # [P]; num_local = elsewhere
   # Counts, prefix sums and the block -> expert lookup as comparisons (one fusion each) rather than
-  # bincount / cumsum / searchsorted, which XLA runs as several small kernels (a loop for searchsorted):
-  # at a few tokens the routing's launches, not its work, are its cost.
+  # bincount / cumsum / searchsorted, which XLA runs as several small kernels (a loop for searchsorted).
   experts = jnp.arange(num_local, dtype=jnp.int32)
   counts = jnp.sum((key[:, None] == experts[None, :]).astype(jnp.int32), axis=0)            # [E]
   padded = pl.cdiv(counts, block_m) * block_m
   upto = (experts[None, :] <= experts[:, None]).astype(jnp.int32)                            # [E, E] e' <= e
   pend = jnp.sum(upto * padded[None, :], axis=1)                                             # inclusive sums
   pstart = pend - padded
-  start = jnp.sum(upto * counts[None, :], axis=1) - counts
-  order = jnp.argsort(key, stable=True)
-  skey = key[order]
-  ske = jnp.minimum(skey, num_local - 1)
-  dest = jnp.where(skey < num_local, pstart[ske] + jnp.arange(p, dtype=jnp.int32) - start[ske], p_pad)
-  row_token = jnp.full((p_pad,), n, jnp.int32).at[dest].set((order // k).astype(jnp.int32), mode="drop")
-  pos = jnp.zeros((p,), jnp.int32).at[order].set(jnp.minimum(dest, p_pad - 1)).reshape(n, k)
+  if by_rank:
+    pairs = jnp.arange(p, dtype=jnp.int32)
+    same_before = (key[None, :] == key[:, None]) & (pairs[None, :] < pairs[:, None])        # [P i, P j]
+    rank = jnp.sum(same_before.astype(jnp.int32), axis=1)                                    # among its expert
+    dest = jnp.where(key < num_local, pstart[jnp.minimum(key, num_local - 1)] + rank, p_pad)  # [P]
+    slot_pair = dest[None, :] == jnp.arange(p_pad, dtype=jnp.int32)[:, None]                # [P_pad, P]
+    row_token = jnp.where(jnp.any(slot_pair, axis=1),
+                          jnp.sum(jnp.where(slot_pair, pairs[None, :] // k, 0), axis=1), n).astype(jnp.int32)
+    pos = jnp.minimum(dest, p_pad - 1).reshape(n, k)
+  else:
+    start = jnp.sum(upto * counts[None, :], axis=1) - counts
+    order = jnp.argsort(key, stable=True)
+    skey = key[order]
+    ske = jnp.minimum(skey, num_local - 1)
+    dest = jnp.where(skey < num_local, pstart[ske] + jnp.arange(p, dtype=jnp.int32) - start[ske], p_pad)
+    row_token = jnp.full((p_pad,), n, jnp.int32).at[dest].set((order // k).astype(jnp.int32), mode="drop")
+    pos = jnp.zeros((p,), jnp.int32).at[order].set(jnp.minimum(dest, p_pad - 1)).reshape(n, k)
   nb = p_pad // block_m
   bstart = jnp.arange(nb, dtype=jnp.int32) * block_m
   block_valid = (bstart < pend[-1]).astype(jnp.int32)
@@ -306,8 +324,13 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
       compiler_params=params, interpret=interpret, name="moe_int4_down",
   )(magic, block_valid, block_expert, h, down_packed, down_scale)
 
+  return combine(y, pos, is_local, expert_weights, x.dtype)
+
+
+def combine(y, pos, is_local, expert_weights, dtype):
+  """out[n] = sum_k w[n, k] * y[pos[n, k]] over local pairs. y: f32 [P_pad, D]; pos/is_local/weights: [N, K]."""
   # Rows of unused blocks are never written: select (not multiply) so that they cannot leak.
   yk = y[pos]                                                                 # [N, K, D]
   w = expert_weights.astype(jnp.float32)[..., None]
   out = jnp.sum(jnp.where(is_local[..., None], w * yk, 0.0), axis=1)
-  return out.astype(x.dtype)
+  return out.astype(dtype)

@@ -11,10 +11,10 @@ from custom_calls.moe_int4.repack import Int4Experts, repack
 
 _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 # Up to this many tokens the few-token kernels (pallas_gemv.py: column-tile programs, CUDA-core dequantisation)
-# run; above it the grouped tensor-core kernels (pallas_triton.py). H200 (benchmarks/RESULTS.md, issue 6 fourth
-# round): 1 token 0.033 ms vs 0.072 (split-K, the former choice); 8 tokens 0.172 vs 0.288 (grouped); 64 tokens
-# 0.98 vs 0.61 (grouped). 9-63 tokens were not measured.
-GEMV_MAX_TOKENS = 8
+# run; above it the grouped tensor-core kernels (pallas_triton.py, bf16 planes). H200 (benchmarks/RESULTS.md,
+# issue 6 fifth round), gemv vs grouped: 1 token 0.034 vs 0.097 ms, 2: 0.061 vs 0.125, 4: 0.094 vs 0.126,
+# 8: 0.177-0.186 vs 0.148-0.155. 5-7 tokens were not measured; 6 is the linear crossing.
+GEMV_MAX_TOKENS = 6
 
 
 def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,

@@ -18,7 +18,7 @@ per SM on an H200). This path has no tensor-core dots and, in token order, no ro
 - Optionally (`sort_pairs`) both kernels visit the local pairs sorted by expert (one XLA argsort), and runs
   of up to `rows_per_run` pairs of one expert share one dequantised tile; the down kernel then adds into a
   zeroed fp32 output with atomics. On the H200 this lost to the grouped tensor-core kernels from 64
-  tokens on, so the dispatch uses token order (up to 8 tokens) only.
+  tokens on, so the dispatch uses token order (up to GEMV_MAX_TOKENS) only.
 
 Numerics: weights are exact ((nib - 8) * scale in fp32), products and sums fp32; h is rounded to the
 activation dtype before the down projection, as in the reference.
@@ -188,10 +188,10 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
 
 def default_gemv_blocks(num_tokens):
   """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs, rows_per_run) for the K2.6
-  shard (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512 gate/up tiles). Above 8
-  tokens the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms, grouped 0.61)."""
-  if num_tokens <= 2:                 # H200, 1 token: 8 warps 0.033 ms, 4 warps 0.041, block_n 8 0.055
-    return 4, 8, 1024, 8, 2, False, 1
+  shard (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512 gate/up tiles). Above
+  GEMV_MAX_TOKENS the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms, grouped 0.61)."""
+  if num_tokens <= 4:                 # H200, 1 token: 8 warps 0.033 ms, 4 warps 0.041, block_n 8 0.055;
+    return 4, 8, 1024, 8, 2, False, 1   # 4 tokens: 8 warps 0.094, 4 warps 0.104 (fifth round)
   if num_tokens <= 8:                 # 8 tokens: 4 warps 0.172 ms, 8 warps 0.181, sorted runs of 2 0.204
     return 4, 8, 1024, 4, 2, False, 1
   return 4, 8, 1024, 4, 2, True, 2

@@ -3,10 +3,13 @@
 Weights stay in the compressed-tensors `pack-quantized` layout (layout.py: int32 words [E, out, in/8],
 nibble j of word w = column 8w+j stored as q+8; scales [E, out, in/group]); they are dequantised in
 registers, tile by tile, right before the tensor-core dot. No load-time repacking is needed
-(`repack.py` documents this and gives the hook).
+(`repack.py` documents this and gives the hook). Dequantisation ("planar": one dot per nibble position j,
+the activations in the matching planes layout of nibbles.py): for bf16 activations bf16_planes.py's PTX
+(two weights per instruction, about 2.9 instructions per weight in the gate/up loop), otherwise
+nibbles.py's float32 planes (5.2).
 
 Pipeline (one call):
-  1. routing (XLA, tiny): the (token, k) pairs that hit a local expert are sorted by expert; every
+  1. routing (XLA, tiny; `route`): the (token, k) pairs that hit a local expert are sorted by expert; every
      expert's rows are padded to a multiple of `block_m`, so that each row block belongs to one expert
      ("align block size"). Pairs routed to other devices, and experts without tokens, cost nothing.
   2. `_gate_up_kernel`, grid (row block, I tile): h = silu(x Wg^T) * (x Wu^T) for the block's rows,
@@ -49,8 +52,7 @@ def _dequant(words, scales, group_size, dtype):
   return w.reshape(bn, bk).astype(dtype)
 
 
-def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, group_size, precision, exact_bf16,
-                weights_lhs=False):
+def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, group_size, precision, exact_bf16):
   """acc + x_chunk @ W_chunk^T without reshapes: one dot per nibble plane j (columns 8w + j).
 
   act(j) -> [BM, BK/8]: plane j of the chunk's activations (planes layout, nibbles.py; pre-scaled by
@@ -58,8 +60,6 @@ def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, g
   [kk*BK, (kk+1)*BK); magic: nibbles.MAGIC as a runtime scalar.
   exact_bf16 (bf16 activations): the planes come from bf16_planes.py (two weights per instruction, each
   (nib - 8) * scale rounded once to bf16); otherwise nibbles.py's float32 planes times the scale, cast.
-  weights_lhs (exact_bf16 only): acc is [BN, BM] and accumulates W_chunk @ x_chunk^T, the dequantised weights
-  being the dot's left operand (the one Hopper's wgmma can take from registers); else acc is [BM, BN].
   """
   bk8 = block_k // 8
   words = w_ref[e, pl.ds(n0, block_n), pl.ds(kk * bk8, bk8)]                  # [BN, BK/8]
@@ -71,10 +71,7 @@ def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, g
   if exact_bf16:
     word_scales = jnp.broadcast_to(sc[:, :, None], (block_n, bk8 // wpg, wpg)).reshape(block_n, bk8)
     for j, w in enumerate(dequant_planes_bf16(words, word_scales.astype(jnp.bfloat16))):   # [BN, BK/8] bf16
-      if weights_lhs:
-        acc = dot_accumulate(acc, w, act(j), trans_b=True, precision=precision)
-      else:
-        acc = dot_accumulate(acc, act(j), w, trans_b=True, precision=precision)
+      acc = dot_accumulate(acc, act(j), w, trans_b=True, precision=precision)
     return acc
   sc = sc.astype(jnp.float32)[:, :, None]                                       # [BN, BK/g, 1]
   for j, q in enumerate(nibble_planes(words, magic)):                          # q: (nib - 8) * 2**e, exact
@@ -98,7 +95,7 @@ def load_token_columns(x_ref, toks, tok_ok, cols):
 
 
 def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, *,
-                    block_m, block_n, block_k, group_size, num_tokens, precision, planar, exact_bf16, weights_lhs):
+                    block_m, block_n, block_k, group_size, num_tokens, precision, planar, exact_bf16):
   """magic: [1] i32 (nibbles.MAGIC); bvalid/bexp: [NB] i32; tok: [P_pad] i32 (num_tokens = pad);
   x: [N, D] (planar: in the planes layout); gw/uw: i32 [E, I, D/8]; gs/us: [E, I, D/g];
   h: [P_pad, I] (planar: written in the planes layout, for the planar down kernel)."""
@@ -119,8 +116,7 @@ def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_
     def body_planar(kk, carry):
       acc_g, acc_u = carry
       act = lambda j: load_token_columns(x_ref, toks, tok_ok, j * d8 + kk * (block_k // 8) + w_idx)
-      kw = dict(block_n=block_n, block_k=block_k, group_size=group_size, precision=precision, exact_bf16=exact_bf16,
-                weights_lhs=weights_lhs)
+      kw = dict(block_n=block_n, block_k=block_k, group_size=group_size, precision=precision, exact_bf16=exact_bf16)
       acc_g = _planar_dot(acc_g, act, gw_ref, gs_ref, e, n0, kk, magic_ref[0], **kw)
       acc_u = _planar_dot(acc_u, act, uw_ref, us_ref, e, n0, kk, magic_ref[0], **kw)
       return acc_g, acc_u
@@ -136,11 +132,9 @@ def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_
       acc_u = dot_accumulate(acc_u, xb, wu, trans_b=True, precision=precision)
       return acc_g, acc_u
 
-    zeros = jnp.zeros((block_n, block_m) if weights_lhs else (block_m, block_n), jnp.float32)
+    zeros = jnp.zeros((block_m, block_n), jnp.float32)
     acc_g, acc_u = lax.fori_loop(0, d // block_k, body_planar if planar else body, (zeros, zeros))
     h = (acc_g * jax.nn.sigmoid(acc_g) * acc_u).astype(h_ref.dtype)
-    if weights_lhs:
-      h = h.T                                                                  # [BM, BN]
     if planar:                                   # the planes layout (pre-scaled, exact, unless exact_bf16)
       cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
       rows = blk * block_m + jnp.arange(block_m, dtype=jnp.int32)
@@ -152,7 +146,7 @@ def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_
 
 
 def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m, block_n, block_k,
-                 group_size, precision, planar, exact_bf16, weights_lhs):
+                 group_size, precision, planar, exact_bf16):
   """magic: [1] i32; h: [P_pad, I] (planar: planes layout); dw: i32 [E, D, I/8]; ds: [E, D, I/g];
   y: [P_pad, D] f32."""
   blk = pl.program_id(0)
@@ -172,7 +166,7 @@ def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, 
     def body_planar(kk, acc):
       act = lambda j: h_ref[rows[:, None], (j * i8 + kk * (block_k // 8) + w_idx)[None, :]]
       return _planar_dot(acc, act, dw_ref, ds_ref, e, n0, kk, magic_ref[0], block_n=block_n, block_k=block_k,
-                         group_size=group_size, precision=precision, exact_bf16=exact_bf16, weights_lhs=weights_lhs)
+                         group_size=group_size, precision=precision, exact_bf16=exact_bf16)
 
     def body(kk, acc):
       hb = h_ref[pl.ds(blk * block_m, block_m), pl.ds(kk * block_k, block_k)]      # [BM, BK]
@@ -182,9 +176,7 @@ def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, 
       return dot_accumulate(acc, hb, w, trans_b=True, precision=precision)
 
     acc = lax.fori_loop(0, inter // block_k, body_planar if planar else body,
-                        jnp.zeros((block_n, block_m) if weights_lhs else (block_m, block_n), jnp.float32))
-    if weights_lhs:
-      acc = acc.T                                                              # [BM, BN]
+                        jnp.zeros((block_m, block_n), jnp.float32))
     y_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = acc.astype(y_ref.dtype)
 
 
@@ -244,13 +236,25 @@ def route(expert_ids, num_local, expert_offset, block_m, by_rank=None):
 
 
 def default_blocks(num_tokens, num_local):
-  """(block_m, block_n, block_k, num_warps, num_stages, planar), picked from H200 measurements
-  (benchmarks/RESULTS.md) at the K2.6 shard (48 experts, D 7168, I 2048), assuming about one local
-  (token, expert) pair per token (top-8 of 384 experts over 8 devices)."""
+  """(block_m, block_n, block_k, num_warps, num_stages, planar), the fastest of the H200 sweeps at the K2.6
+  shard (48 experts, D 7168, I 2048), assuming about one local (token, expert) pair per token (top-8 of 384
+  experts over 8 devices). Milliseconds (benchmarks/RESULTS.md, issue 6 fifth round; bf16 planes):
+    8 tokens: bn32 0.152-0.155, bn64 0.148-0.171     16: bn32 0.246, bn64 0.255
+    32: bn64 0.311, bn32 0.388                         64: bn64 0.422-0.440, bn128 0.476-0.481
+    128-512: bn128 0.535 / 0.564 / 0.577, bn64 0.558 / 0.579 / 0.599
+    1024: bm32 0.724, bm16 bn128 0.979                 2048 / 4096: bm64 bn128 bk128 1.256 / 2.443,
+                                                       the former bm128 bn128 bk64 non-planar 2.387 / 2.476.
+  """
   del num_local
-  if num_tokens <= 1024:
+  if num_tokens <= 16:
+    return 16, 32, 256, 4, 3, True
+  if num_tokens <= 64:
     return 16, 64, 256, 4, 3, True
-  return 128, 128, 64, 8, 3, False
+  if num_tokens <= 512:
+    return 16, 128, 256, 4, 3, True
+  if num_tokens <= 1024:
+    return 32, 64, 256, 4, 3, True
+  return 64, 128, 128, 4, 3, True
 
 
 def supported(x, gate_packed, down_packed, group_size):
@@ -261,11 +265,11 @@ def supported(x, gate_packed, down_packed, group_size):
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_m", "block_n", "block_k", "num_warps",
-                                             "num_stages", "planar", "exact_bf16", "weights_lhs", "interpret"))
+                                             "num_stages", "planar", "exact_bf16", "interpret"))
 def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                down_packed, down_scale, expert_offset=0, *, group_size=32, block_m=None,
                                block_n=None, block_k=None, num_warps=None, num_stages=None, planar=None, exact_bf16=None,
-                               weights_lhs=False, interpret=False):
+                               interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -275,7 +279,6 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   planar (None: by default_blocks, or False when block_k is given) = True: dequantise without reshapes (8 dots of K = block_k/8 per chunk, one per nibble position,
   activations gathered with stride 8); planar=False: unpack to [BN, BK/8, 8] and reshape to [BN, BK].
   exact_bf16 (None: planar and bf16 x): planar planes from bf16_planes.py (bf16x2 PTX) instead of nibbles.py.
-  weights_lhs (exact_bf16 only): the kernels compute (W x^T)^T, the weights being the dot's register operand.
   """
   n, d = x.shape
   k = expert_ids.shape[1]
@@ -311,8 +314,6 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   if exact_bf16 and not (planar and x.dtype == jnp.bfloat16):
     raise ValueError(f"routed_experts_int4_pallas: exact_bf16 needs planar=True and bf16 x, got planar={planar}, "
                      f"x {x.dtype}")
-  if weights_lhs and not exact_bf16:
-    raise ValueError("routed_experts_int4_pallas: weights_lhs needs the exact_bf16 planar path")
 
   row_token, pos, is_local, block_valid, block_expert = route(expert_ids, e, expert_offset, block_m)
   p_pad = row_token.shape[0]
@@ -323,7 +324,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   h = pl.pallas_call(
       functools.partial(_gate_up_kernel, block_m=block_m, block_n=block_n, block_k=block_k,
                         group_size=group_size, num_tokens=n, precision=precision, planar=planar,
-                        exact_bf16=exact_bf16, weights_lhs=weights_lhs),
+                        exact_bf16=exact_bf16),
       grid=(nb, inter // block_n),
       out_shape=jax.ShapeDtypeStruct((p_pad, inter), x.dtype),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up",
@@ -332,8 +333,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
 
   y = pl.pallas_call(
       functools.partial(_down_kernel, block_m=block_m, block_n=block_n, block_k=block_k_down,
-                        group_size=group_size, precision=precision, planar=planar, exact_bf16=exact_bf16,
-                        weights_lhs=weights_lhs),
+                        group_size=group_size, precision=precision, planar=planar, exact_bf16=exact_bf16),
       grid=(nb, d // block_n),
       out_shape=jax.ShapeDtypeStruct((p_pad, d), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_down",

@@ -251,34 +251,21 @@ ax.set_title("MLA: fraction of the roofline per shape (blue: memory-bound, red: 
 ax.legend(fontsize=7)
 show(fig, "kernels_mla_fraction.png")'''),
     new_markdown_cell("""\
-## INT4 grouped MoE: time against the weight-streaming floor
-The floor is the time to read the INT4 weights and scales of the experts that the M tokens hit. Memory
-bound throughout: the expert weights dominate the bytes at every M."""),
+## INT4 MoE over the whole token range (issue 6, fifth round)
+`benchmarks/plot_moe.py` draws the run of the dispatched kernels (`benchmarks/results/issue6_r5_final/`)
+against the memory roofline (INT4 weights and scales of the experts hit / measured copy bandwidth), the
+compute roofline, the same grouped shapes on the older float32 planes, and REFERENCE.md's bf16 baselines.
+Memory-bound up to ~1K tokens; the 0.75 target applies to 1-64 tokens."""),
     new_code_cell('''\
-rows = data["moe_int4"]["rows"]
-M = np.array([r["M"] for r in rows])
-fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-a1.plot(M, [r["roofline_ms"] for r in rows], "k--", marker="o", label="weight-streaming floor (2.45 TB/s)")
-a1.plot(M, [r["roofline_ms"] * ceil["measured_copy_TBps"] / ceil["reference_hbm_TBps"] for r in rows], "k:",
-        label="floor at 4.13 TB/s")
-a1.plot(M, [r["pallas_ms"] for r in rows], "tab:purple", marker="s", label="Pallas INT4, first round (best variant)")
-r2 = [(r["M"], r["pallas_r2_ms"]) for r in rows if r.get("pallas_r2_ms")]
-a1.plot(*zip(*r2), "tab:red", marker="D", label="Pallas INT4, second round (split-K at 1 token)")
-tk = [(r["M"], r["tokamax_bf16_x3_ms"]) for r in rows if r["tokamax_bf16_x3_ms"] is not None]
-a1.plot(*zip(*tk), "tab:gray", marker="^", label="tokamax bf16 GEMM x3")
-a1.set_xscale("log", base=2); a1.set_yscale("log")
-a1.set_xlabel("M (tokens routed to this GPU)"); a1.set_ylabel("ms per call"); a1.legend(fontsize=7)
-a1.set_title("INT4 MoE, 48 local experts, D 7168, I 2048")
-a2.plot(M, [r["achieved_TBps"] for r in rows], "tab:purple", marker="s", label="Pallas achieved")
-a2.axhline(ceil["measured_copy_TBps"], color="k", ls="--", lw=1, label="measured copy bandwidth")
-a2.axhline(ceil["reference_hbm_TBps"], color="k", ls=":", lw=1, label="H200 HBM3e")
-a2.set_xscale("log", base=2); a2.set_xlabel("M"); a2.set_ylabel("TB/s of weights streamed"); a2.legend(fontsize=7)
-a2.set_title("effective weight bandwidth")
+from benchmarks.plot_moe import moe_figure
+
+res = os.path.join(ROOT, "benchmarks", "results")
+final = os.path.join(res, "issue6_r5_final", "kernels.json")
+fig = moe_figure(final, [os.path.join(res, f"issue6_r5_call{i}", "kernels.json") for i in (1, 2, 3)])
 show(fig, "kernels_moe.png")
-for r in rows:
-    best = r.get("pallas_r2_ms") or r["pallas_ms"]
-    print(f"M={r['M']:5d}: {best:.3f} ms = {r['roofline_ms'] / best:.0%} of the floor "
-          f"({r.get('variant_r2') or r['variant']})")'''),
+for r in json.load(open(final))["moe"]:
+    print(f"M={r['M']:5d}: {r['time_s'] * 1e3:.3f} ms = {r['frac_roofline']:.0%} of the roofline, "
+          f"{r['achieved_Bps'] / 1e12:.2f} TB/s of INT4 weights")'''),
     new_markdown_cell("""\
 ## Tree build and walk
 These move a few KB and are latency-bound; the figure of merit is the time they add to a round."""),

@@ -1,0 +1,103 @@
+"""Plot the INT4 MoE over the whole token range from `benchmarks/kernels.py --only moe` JSON files.
+
+  python benchmarks/plot_moe.py --final benchmarks/results/issue6_r5_final/kernels.json \
+      --sweeps benchmarks/results/issue6_r5_call1/kernels.json,benchmarks/results/issue6_r5_call2/kernels.json \
+      --out benchmarks/results/moe_int4_h200_r5.png
+
+Left: milliseconds per call against the token count M: the dispatched kernels (`--final`, the run of
+`--moe-kernels default`), the grouped kernel on nibbles.py's float32 planes (the best `exact_bf16=False`
+config of the `--sweeps` runs: the same shapes before the bf16 planes), the memory roofline (INT4 weights and
+scales of the experts hit / the measured copy bandwidth) and the compute roofline (6 M D I FLOPs / the measured
+bf16 matmul rate), and the bf16 baselines of REFERENCE.md section 4 (one grouped GEMM there, x3 here for gate,
+up and down). Right: the fraction of the roofline (the larger of the two), with the issue's 0.75 target over
+1-64 tokens (memory-bound there).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+# REFERENCE.md section 4 (H200, per grouped GEMM 48 x [7168 -> 2048], lower end of each range), times 3.
+REFERENCE_X3_MS = {
+    "jax.lax.ragged_dot bf16 x3 (REFERENCE)": {8: 3 * 0.51, 64: 3 * 0.55, 512: 3 * 1.01, 4096: 3 * 7.6},
+    "tokamax Mosaic GPU bf16 x3 (REFERENCE)": {8: 3 * 0.33, 64: 3 * 0.55, 512: 3 * 0.65, 4096: 3 * 0.84},
+}
+
+
+def _rows(path):
+  with open(path) as f:
+    return json.load(f)["moe"]
+
+
+def _series(rows, pick):
+  pts = sorted((r["M"], t) for r in rows if (t := pick(r)) is not None)
+  return [m for m, _ in pts], [t for _, t in pts]
+
+
+def moe_figure(final_json, sweep_jsons=()):
+  """matplotlib Figure of the final (dispatched) run against the rooflines, the float32-planes configs of the
+  sweep runs and the REFERENCE baselines."""
+  import matplotlib.pyplot as plt
+
+  final = [r for r in _rows(final_json) if r.get("time_s")]
+  with open(final_json) as f:
+    ceil = json.load(f)["roofline"]
+  f32_best = {}
+  for path in sweep_jsons:
+    for r in _rows(path):
+      for c in r.get("configs", []):
+        if c["cfg"].get("exact_bf16") is False and "time_s" in c and c.get("err", 1) < 2e-2:
+          f32_best[r["M"]] = min(f32_best.get(r["M"], float("inf")), c["time_s"])
+
+  fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.4))
+  m, t = _series(final, lambda r: r["time_s"] * 1e3)
+  a1.plot(m, t, "tab:red", marker="o", label="Pallas INT4, dispatched (gemv <= 6 tokens, grouped bf16 planes above)")
+  if f32_best:
+    fm = sorted(f32_best)
+    a1.plot(fm, [f32_best[k] * 1e3 for k in fm], "tab:purple", marker="s", ls="--",
+            label="grouped, float32 planes (same shapes, before)")
+  a1.plot(m, [r["roofline_mem_s"] * 1e3 for r in final], "k--",
+          label=f"memory roofline ({ceil['copy_bw_Bps'] / 1e12:.2f} TB/s measured copy)")
+  a1.plot(m, [r["flops"] / ceil["bf16_matmul_flops"] * 1e3 for r in final], "k:",
+          label=f"compute roofline ({ceil['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s measured bf16)")
+  for (name, pts), style in zip(REFERENCE_X3_MS.items(), ("^", "v")):
+    a1.plot(list(pts), list(pts.values()), color="tab:gray", marker=style, ls="-", alpha=0.7, label=name)
+  a1.set_xscale("log", base=2)
+  a1.set_yscale("log")
+  a1.set_xlabel("M: tokens on this GPU (one local expert each, of top-8)")
+  a1.set_ylabel("ms per call")
+  a1.set_title("INT4 MoE on one H200: 48 local experts, D 7168, I 2048, group 32")
+  a1.legend(fontsize=7)
+  a1.grid(True, which="both", alpha=0.2)
+
+  a2.plot(m, [r["frac_roofline"] for r in final], "tab:red", marker="o", label="dispatched")
+  if f32_best:
+    a2.plot(fm, [r["roofline_s"] / f32_best[r["M"]] for r in final if r["M"] in f32_best], "tab:purple",
+            marker="s", ls="--", label="float32 planes (before)")
+  a2.hlines(0.75, 1, 64, colors="tab:green", linestyles="--", label="target: 0.75 at 1-64 tokens")
+  a2.set_xscale("log", base=2)
+  a2.set_ylim(0, 1)
+  a2.set_xlabel("M")
+  a2.set_ylabel("roofline / time")
+  a2.set_title("fraction of the roofline (the larger of memory and compute)")
+  a2.legend(fontsize=7)
+  a2.grid(True, alpha=0.2)
+  fig.tight_layout()
+  return fig
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--final", required=True, help="kernels.json of a `--moe-kernels default` run")
+  ap.add_argument("--sweeps", default="", help="comma-separated kernels.json files with exact_bf16=False configs")
+  ap.add_argument("--out", required=True, help="PNG to write")
+  a = ap.parse_args()
+  import matplotlib
+  matplotlib.use("Agg")
+  fig = moe_figure(a.final, [p for p in a.sweeps.split(",") if p])
+  fig.savefig(a.out, dpi=110, bbox_inches="tight")
+  print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+  main()

@@ -29,7 +29,6 @@ import numpy as np
 
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas, default_num_splits
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
-from custom_calls.moe_int4.pallas_splitk import routed_experts_int4_splitk
 from custom_calls.moe_int4 import routed_experts_int4
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_triton import combine, default_blocks, route
@@ -276,7 +275,7 @@ PLANAR_SWEEP = {
 }
 
 
-MOE_KERNELS = {"splitk": routed_experts_int4_splitk, "gemv": routed_experts_int4_gemv,
+MOE_KERNELS = {"gemv": routed_experts_int4_gemv,
                "grouped": routed_experts_int4_pallas}
 
 
@@ -317,20 +316,16 @@ def grouped_sweep(m):
 
 
 def moe_sweep(smoke):
-  """{M rows: [config]}; config['kernel'] picks pallas_splitk, pallas_gemv or (default) pallas_triton."""
+  """{M rows: [config]}; config['kernel'] picks pallas_gemv or (default) pallas_triton."""
   if smoke:
-    return [1, 8, 40], {1: [dict(kernel="splitk", block_k=128, splits_up=2, splits_down=1),
-                            dict(kernel="gemv", block_k=128)],
-                        8: [dict(block_m=16, block_n=32, block_k=64), dict(kernel="splitk", block_k=128),
-                            dict(kernel="gemv", block_k=128, sort_pairs=True),
+    return [1, 8, 40], {1: [dict(kernel="gemv", block_k=128)],
+                        8: [dict(block_m=16, block_n=32, block_k=64), dict(kernel="gemv", block_k=128, sort_pairs=True),
                             dict(block_m=16, block_n=32, block_k=128, planar=True)]}
-  sk = lambda **kw: dict(kernel="splitk", **kw)
   rows = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
   sweep = {}
   for m in rows:
     few = [dict(kernel="gemv", num_warps=8)] if m <= 32 else []
-    sweep[m] = (grouped_sweep(m)[:2] + few + grouped_sweep(m)[2:] + (gemv_sweep(m)[2:] if m <= 32 else [])
-                + ([sk()] if m <= 8 else []))
+    sweep[m] = grouped_sweep(m)[:2] + few + grouped_sweep(m)[2:] + (gemv_sweep(m)[2:] if m <= 32 else [])
   return rows, sweep
 
 

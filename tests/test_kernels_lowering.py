@@ -13,7 +13,6 @@ import pytest
 from custom_calls.gpu_lowering import lower_for_abstract_gpu
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
-from custom_calls.moe_int4.pallas_splitk import routed_experts_int4_splitk
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.tree_build.pallas_triton import tree_build_pallas
 from custom_calls.tree_verify.pallas_triton import tree_walk_pallas
@@ -45,9 +44,9 @@ MOE_KERNELS = {
     "gemv_token_order": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=False),
     "gemv_sorted": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True),
     "gemv_sorted_runs": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True, rows_per_run=4),
-    "splitk": lambda *a: routed_experts_int4_splitk(*a, 0),
     "grouped": lambda *a: routed_experts_int4_pallas(*a, 0),
     "grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256),
+    "grouped_f32_planes": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256, exact_bf16=False),
 }
 
 

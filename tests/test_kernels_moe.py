@@ -103,7 +103,7 @@ def test_dispatch():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("kernel", ["grouped", "splitk", "gemv"])
+@pytest.mark.parametrize("kernel", ["grouped", "grouped_f32_planes", "gemv"])
 @pytest.mark.parametrize("n", [1, 64, 600])
 def test_gpu_kernel(n, kernel):
   e, d, inter = 48, 7168, 2048
@@ -116,9 +116,8 @@ def test_gpu_kernel(n, kernel):
   x = jax.random.normal(ks[6], (n, d), jnp.bfloat16)
   ids = jax.random.randint(ks[7], (n, 8), 0, 384)     # repeats allowed: each pair counts on its own
   w = jax.random.uniform(ks[7], (n, 8))
-  if kernel == "splitk":
-    from custom_calls.moe_int4.pallas_splitk import routed_experts_int4_splitk
-    out = routed_experts_int4_splitk(x, ids, w, *experts, 0)
+  if kernel == "grouped_f32_planes":                  # nibbles.py's float32 planes instead of bf16_planes.py
+    out = routed_experts_int4_pallas(x, ids, w, *experts, 0, planar=True, exact_bf16=False)
   elif kernel == "gemv":
     from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
     out = routed_experts_int4_gemv(x, ids, w, *experts, 0)
@@ -143,8 +142,6 @@ def test_gemv_through_dispatch_repeated_experts_and_traced_offset():
 
 FEW_TOKEN_CASES = [
     # (kernel, tokens, top-k, global experts, local experts, expert_offset, dtype, D, I, kernel options)
-    ("splitk", 5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, splits_up=4, splits_down=2)),  # shard, splits
-    ("splitk", 9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, {}),                          # bf16 (TF32 dots on a GPU)
     ("gemv", 5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, sort_pairs=False)),        # shard, token order
     ("gemv", 9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, dict(block_k=128, block_n=8, sort_pairs=True)),  # sorted pairs
     ("gemv", 9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=True, rows_per_run=4)),  # runs of 4
@@ -154,12 +151,10 @@ FEW_TOKEN_CASES = [
 
 @pytest.mark.parametrize("kernel,n,k,e_total,e_local,offset,dtype,d,inter,opts", FEW_TOKEN_CASES)
 def test_few_token_kernels_match_reference(kernel, n, k, e_total, e_local, offset, dtype, d, inter, opts):
-  """split-K (atomics into zeroed outputs) and gemv (column-tile programs looping over the pairs, CUDA-core
-  dequantisation), both with shift-free nibble planes."""
+  """gemv (column-tile programs looping over the pairs, CUDA-core dequantisation with shift-free nibble planes)."""
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
-  from custom_calls.moe_int4.pallas_splitk import routed_experts_int4_splitk
-  fn = {"splitk": routed_experts_int4_splitk, "gemv": routed_experts_int4_gemv}[kernel]
-  seed = n * 5 + k if kernel == "splitk" else n * 3 + k
+  fn = {"gemv": routed_experts_int4_gemv}[kernel]
+  seed = n * 3 + k
   x, ids, w, experts = make_inputs(seed, n, k, e_total, e_local, d, inter, dtype)
   out = fn(x, ids, w, *experts, offset, interpret=True, **opts)
   assert out.shape == x.shape and out.dtype == dtype

@@ -324,7 +324,10 @@ def moe_sweep(smoke):
   rows = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
   sweep = {}
   for m in rows:
-    few = [dict(kernel="gemv", num_warps=8)] if m <= 32 else []
+    # tensor_cores: one warp per 16 output columns (with more warps than BN/16 every warp dequantises the
+    # whole tile: 4x the instructions at 4 warps, H200 SASS); not yet timed.
+    tc = dict(kernel="gemv", tensor_cores=True, block_n=16, block_n_down=16, block_k=256, num_warps=1, num_stages=3)
+    few = [dict(kernel="gemv", num_warps=8), tc] if m <= 32 else []
     sweep[m] = grouped_sweep(m)[:2] + few + grouped_sweep(m)[2:] + (gemv_sweep(m)[2:] if m <= 32 else [])
   return rows, sweep
 

@@ -103,7 +103,7 @@ def test_dispatch():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("kernel", ["grouped", "grouped_f32_planes", "gemv"])
+@pytest.mark.parametrize("kernel", ["grouped", "grouped_f32_planes", "gemv", "gemv_tensor_cores"])
 @pytest.mark.parametrize("n", [1, 64, 600])
 def test_gpu_kernel(n, kernel):
   e, d, inter = 48, 7168, 2048
@@ -121,6 +121,10 @@ def test_gpu_kernel(n, kernel):
   elif kernel == "gemv":
     from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
     out = routed_experts_int4_gemv(x, ids, w, *experts, 0)
+  elif kernel == "gemv_tensor_cores":
+    from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+    out = routed_experts_int4_gemv(x, ids, w, *experts, 0, tensor_cores=True, block_n=16, block_n_down=16,
+                                   block_k=256, num_warps=1, num_stages=3)
   else:
     out = routed_experts_int4_pallas(x, ids, w, *experts, 0)
   assert rel_err(out, reference_f32(x, ids, w, experts, 0)) < 1e-2
@@ -146,12 +150,17 @@ FEW_TOKEN_CASES = [
     ("gemv", 9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, dict(block_k=128, block_n=8, sort_pairs=True)),  # sorted pairs
     ("gemv", 9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=True, rows_per_run=4)),  # runs of 4
     ("gemv", 9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=False, rows_per_run=2)),  # token order
+    ("gemv", 5, 4, 12, 6, 3, jnp.bfloat16, 256, 256,                                # tensor cores, token order
+     dict(block_k=128, block_n=16, block_n_down=16, tensor_cores=True)),
+    ("gemv", 9, 3, 8, 4, 0, jnp.bfloat16, 256, 256,                                  # tensor cores, runs of 4
+     dict(block_k=128, block_n=16, block_n_down=32, sort_pairs=True, rows_per_run=4, tensor_cores=True)),
 ]
 
 
 @pytest.mark.parametrize("kernel,n,k,e_total,e_local,offset,dtype,d,inter,opts", FEW_TOKEN_CASES)
 def test_few_token_kernels_match_reference(kernel, n, k, e_total, e_local, offset, dtype, d, inter, opts):
-  """gemv (column-tile programs looping over the pairs, CUDA-core dequantisation with shift-free nibble planes)."""
+  """gemv (column-tile programs looping over the pairs; CUDA-core dequantisation with shift-free nibble planes,
+  or tensor cores on bf16 planes)."""
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
   fn = {"gemv": routed_experts_int4_gemv}[kernel]
   seed = n * 3 + k

@@ -3,13 +3,15 @@
 At a few (token, expert) pairs per device the step reads each hit expert's INT4 words once (24.8 MB per
 K2.6 expert) and does almost no arithmetic per byte, so it must stream at HBM speed, and the
 dequantisation must cost fewer instructions than the bytes take to arrive (about 22 weights per cycle
-per SM on an H200). This path has no tensor-core dots and, in token order, no routing sort and no atomics:
+per SM on an H200). In token order this path has no routing sort and no atomics:
 
 - Grid = column tiles only: program j owns output columns [j*BN, (j+1)*BN) of every pair (gate/up: of
   h; down: of the output). It loops over the pairs itself, so the grid is the same at 1 and 64 tokens
   and nothing is launched for pairs routed to other devices. For each local pair it streams its
   expert's [BN, K] word tile and reduces it against the pair's activations on the CUDA cores
-  (a GEMV: per weight one LOP3, one FADD, one FFMA per row; the group scale one FFMA per group and row).
+  (a GEMV: per weight one LOP3, one FADD, one FFMA per row; the group scale one FFMA per group and row),
+  or, with `tensor_cores` (bf16), on the tensor cores: the pair's row padded to 16 against the tile's bf16
+  planes from bf16_planes.py (`_tile_mma`, ~2 instructions per weight; not yet timed on the H200).
 - Weights are dequantised as nibble planes and activations arrive in the matching planes layout
   (nibbles.py): x is rearranged by XLA (`activation_planes`); h is written by the gate/up kernel
   straight in that layout.
@@ -20,8 +22,9 @@ per SM on an H200). This path has no tensor-core dots and, in token order, no ro
   zeroed fp32 output with atomics. On the H200 this lost to the grouped tensor-core kernels from 64
   tokens on, so the dispatch uses token order (up to GEMV_MAX_TOKENS) only.
 
-Numerics: weights are exact ((nib - 8) * scale in fp32), products and sums fp32; h is rounded to the
-activation dtype before the down projection, as in the reference.
+Numerics: weights are exact ((nib - 8) * scale in fp32; with tensor_cores rounded once to bf16, as the
+reference's cast does), products and sums fp32; h is rounded to the activation dtype before the down
+projection, as in the reference.
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from custom_calls.dot_accumulate import dot_accumulate
+from custom_calls.moe_int4.bf16_planes import dequant_planes_bf16
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 
@@ -84,6 +89,42 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   return [[jnp.sum(acc, axis=1) for acc in acc_rows] for acc_rows in accs]
 
 
+def _tile_mma(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size):
+  """_tile_gemv's contract on the tensor cores (tensor_cores=True): act_ref is bf16 [rows, 8 * K/8] planes
+  WITHOUT the 2**-e factors (nibbles.activation_planes(prescaled=False)); the R <= 16 rows, padded to 16 with
+  row 0, are the A operand of one dot per nibble plane and the word tile's bf16 planes (bf16_planes.py, two
+  weights per instruction) the B operand. Per weight ~2 dequantisation instructions instead of ~3.3 on the
+  CUDA cores (LOP3, FADD, FFMA per row), and up to 16 rows of one expert cost the same as one.
+  """
+  del magic
+  bk8 = block_k // 8
+  k8 = act_ref.shape[1] // 8
+  w_idx = jnp.arange(bk8, dtype=jnp.int32)
+  wpg = group_size // 8                                  # words per scale group
+  slot = jnp.arange(16, dtype=jnp.int32)
+  rows16 = jnp.full((16,), act_rows[0], jnp.int32)       # unused slots (and rows outside the run) read row 0
+  for r in range(1, len(act_rows)):
+    rows16 = jnp.where(slot == r, jnp.where(act_ok[r], act_rows[r], act_rows[0]), rows16)
+
+  def body(c, accs):
+    kw0 = c * bk8
+    acts = [act_ref[rows16[:, None], (j * k8 + kw0 + w_idx)[None, :]] for j in range(8)]  # 8 x [16, BK/8]
+    out = []
+    for (w_ref, s_ref), acc in zip(mats, accs):
+      words = w_ref[e, pl.ds(n0, block_n), pl.ds(kw0, bk8)]                              # [BN, BK/8]
+      sc = s_ref[e, pl.ds(n0, block_n), pl.ds(kw0 // wpg, bk8 // wpg)]                   # [BN, BK/g]
+      word_scales = jnp.broadcast_to(sc[:, :, None], (block_n, bk8 // wpg, wpg)).reshape(block_n, bk8)
+      for j, w in enumerate(dequant_planes_bf16(words, word_scales.astype(jnp.bfloat16))):
+        acc = dot_accumulate(acc, acts[j], w, trans_b=True)                              # [16, BN]
+      out.append(acc)
+    return tuple(out)
+
+  zeros = jnp.zeros((16, block_n), jnp.float32)
+  accs = lax.fori_loop(0, num_chunks, body, tuple(zeros for _ in mats))
+  return [[jnp.sum(jnp.where(slot[:, None] == r, acc, 0.0), axis=0) for r in range(len(act_rows))]
+          for acc in accs]
+
+
 def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_local):
   """The run of visiting positions i, i+1, ... (< count, at most rows_per_run) whose pairs share the expert
   of position i. Returns (pairs: R i32 scalars, in_run: R bool scalars (False also when that expert is not
@@ -101,7 +142,7 @@ def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_lo
 
 
 def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, *,
-                    top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype):
+                    top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype, tensor_cores):
   """Program j: columns [j*BN, (j+1)*BN) of h for every local pair, a run of same-expert pairs at a time.
 
   consts: [2] i32 (expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each position;
@@ -120,19 +161,22 @@ def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, g
 
     @pl.when(in_run[0])                                          # the run's expert is local
     def _():
-      g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
+      tile = _tile_mma if tensor_cores else _tile_gemv
+      g_rows, u_rows = tile(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
                                   [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
                                   block_k=block_k, group_size=group_size)                 # R x [BN] each
       for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
-        h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype).astype(jnp.float32)
-        plgpu.store(hp_ref.at[p, h_cols], h * plane_scale(cols), mask=jnp.broadcast_to(ok, (block_n,)))
+        h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)
+        if not tensor_cores:                       # the float32 planes carry the 2**-e factors
+          h = h.astype(jnp.float32) * plane_scale(cols)
+        plgpu.store(hp_ref.at[p, h_cols], h.astype(hp_ref.dtype), mask=jnp.broadcast_to(ok, (block_n,)))
     return i + length
 
   lax.while_loop(lambda i: i < count, visit, jnp.int32(0))
 
 
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                       block_k, group_size):
+                       block_k, group_size, tensor_cores):
   """Program j: out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs,
   summed in registers and written once per token (no zero-fill, no atomics).
 
@@ -147,8 +191,9 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
       e = ids_ref[p] - consts_ref[0]
 
       def add_pair():
-        ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1], block_n=block_n,
-                             block_k=block_k, group_size=group_size)                      # [BN]
+        tile = _tile_mma if tensor_cores else _tile_gemv
+        ((y,),) = tile(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1], block_n=block_n,
+                       block_k=block_k, group_size=group_size)                            # [BN]
         return acc + wts_ref[p] * y
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
@@ -160,7 +205,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
-                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size):
+                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, tensor_cores):
   """Program j: for each run of same-expert pairs (visiting order), atomically add w * (h @ W_down[e]^T)
   into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
   del out0_ref
@@ -175,7 +220,8 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
 
     @pl.when(in_run[0])
     def _():
-      (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
+      (y_rows,) = (_tile_mma if tensor_cores else _tile_gemv)(
+          ((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
                              block_n=block_n, block_k=block_k, group_size=group_size)    # R x [BN]
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
@@ -207,11 +253,12 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
-                                             "num_stages", "sort_pairs", "rows_per_run", "interpret"))
+                                             "num_stages", "sort_pairs", "rows_per_run", "tensor_cores",
+                                             "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
-                             rows_per_run=None, interpret=False):
+                             rows_per_run=None, tensor_cores=False, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -221,6 +268,8 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   sort_pairs: visit the local pairs sorted by expert (the down projection then adds into a zeroed fp32
   output with atomics) instead of in token order; rows_per_run: up to this many consecutive pairs of one
   expert share a dequantised tile. Defaults by token count (default_gemv_blocks). Returns [N, D] in x.dtype.
+  tensor_cores (bf16 x only): the tiles reduce on the tensor cores (_tile_mma: bf16_planes.py planes, rows
+  padded to 16; rows_per_run <= 16, block_n and block_n_down >= 16) instead of the CUDA cores.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -238,6 +287,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if inter % block_n or d % block_n_down or rows_per_run & (rows_per_run - 1):
     raise ValueError(f"routed_experts_int4_gemv: block_n {block_n} must divide I = {inter}, block_n_down "
                      f"{block_n_down} must divide D = {d}, rows_per_run {rows_per_run} must be a power of two")
+  if tensor_cores and (x.dtype != jnp.bfloat16 or rows_per_run > 16 or min(block_n, block_n_down) < 16):
+    raise ValueError(f"routed_experts_int4_gemv(tensor_cores=True): needs bf16 x (got {x.dtype}), rows_per_run "
+                     f"<= 16 (got {rows_per_run}) and block_n, block_n_down >= 16 (got {block_n}, {block_n_down})")
   if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
     raise ValueError(f"routed_experts_int4_gemv: scales {gate_scale.shape}, {down_scale.shape} do not match "
                      f"group_size {group_size}")
@@ -255,14 +307,15 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
     order = jnp.arange(p, dtype=jnp.int32)
     count = jnp.full((1,), p, jnp.int32)
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
-  common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size)
+  common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, tensor_cores=tensor_cores)
+  xp = activation_planes(x, prescaled=not tensor_cores).reshape(n, d)     # f32 pre-scaled, or bf16 as is
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype, **common),
       grid=(inter // block_n,),
-      out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
+      out_shape=jax.ShapeDtypeStruct((p, inter), x.dtype if tensor_cores else jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
-  )(consts, count, order, ids, activation_planes(x).reshape(n, d), gate_packed, gate_scale, up_packed, up_scale)
+  )(consts, count, order, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
 
   if not sort_pairs:
     return pl.pallas_call(

@@ -5,13 +5,14 @@ Plane j of a [BN, W] word tile is the bf16 tile (nib_j - 8) * scale, nibble j = 
 word w). On the GPU this is a few lines of PTX per PAIR of words (Marlin's trick, in bf16x2): a PRMT gathers byte
 b of both words, a LOP3 drops each nibble into the mantissa of the bf16 magic 128 (0x4300), so a 32-bit register
 holds two bf16 values 128 + nib; one bf16x2 FMA subtracts 136 (exact) and one multiplies by the two scales (the
-only rounding, once, to bf16). Per weight: 1 FMA2-half + 0.5 LOP3 + 0.25 PRMT/SHF = about 2 instructions,
-against 3.5 for the float32 route of nibbles.py (LOP3, FADD, FMUL, half an F2FP).
+only rounding, once, to bf16). Per weight: one bf16x2 FMA (two per pair of weights), half a LOP3, a quarter
+of a PRMT and of a SHF: 2 instructions, against 3.5 for the float32 route of nibbles.py (LOP3, FADD, FMUL, half
+an F2FP). In the grouped kernel's SASS the planes feed the HMMAs directly (no shared-memory round trip).
 
 It is a JAX primitive: the Pallas Triton lowering emits the inline PTX (`tt.elementwise_inline_asm`, two
 elements per instance); everywhere else (the Pallas interpreter on the CPU, XLA) it is the same arithmetic in
 jnp, which rounds identically (the product of a 4-bit integer and a bf16 scale is exact in float32, then one
-round-to-nearest-even to bf16). tests/test_kernels_moe.py checks the PTX against it on the GPU.
+round-to-nearest-even to bf16). tests/test_bf16_planes.py checks the PTX against it, bit for bit, on the GPU.
 
 Registers into jax._src.pallas.triton (private; jax is pinned to 0.11.2 everywhere, and
 tests/test_kernels_lowering.py lowers and verifies every kernel that uses it).

@@ -146,8 +146,10 @@ def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, g
   """Program j: columns [j*BN, (j+1)*BN) of h for every local pair, a run of same-expert pairs at a time.
 
   consts: [2] i32 (expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each position;
-  ids: [P] i32 global expert id per pair (P = N * top_k, token-major); xp: f32 [N, 8 * D/8];
-  gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] (rows of non-local pairs unwritten).
+  ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
+  xp: [N, 8 * D/8] planes (f32 pre-scaled, or bf16 as is with tensor_cores);
+  gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: [P, 8 * I/8] planes, f32 pre-scaled (bf16 as is with
+  tensor_cores; rows of non-local pairs unwritten).
   """
   n0 = pl.program_id(0) * block_n
   chunks = xp_ref.shape[1] // block_k
@@ -163,8 +165,8 @@ def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, g
     def _():
       tile = _tile_mma if tensor_cores else _tile_gemv
       g_rows, u_rows = tile(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
-                                  [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
-                                  block_k=block_k, group_size=group_size)                 # R x [BN] each
+                            [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
+                            block_k=block_k, group_size=group_size)                       # R x [BN] each
       for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
         h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)
         if not tensor_cores:                       # the float32 planes carry the 2**-e factors
@@ -180,7 +182,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
   """Program j: out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs,
   summed in registers and written once per token (no zero-fill, no atomics).
 
-  ids/wts: [P] (token-major); hp: f32 [P, 8 * I/8]; dw: int32 [E, D, I/8]; ds: [E, D, I/g]; out: [N, D].
+  ids/wts: [P] (token-major); hp: [P, 8 * I/8] planes; dw: int32 [E, D, I/8]; ds: [E, D, I/g]; out: [N, D].
   """
   n0 = pl.program_id(0) * block_n
   chunks = hp_ref.shape[1] // block_k
@@ -220,9 +222,9 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
 
     @pl.when(in_run[0])
     def _():
-      (y_rows,) = (_tile_mma if tensor_cores else _tile_gemv)(
-          ((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
-                             block_n=block_n, block_k=block_k, group_size=group_size)    # R x [BN]
+      tile = _tile_mma if tensor_cores else _tile_gemv
+      (y_rows,) = tile(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
+                       block_n=block_n, block_k=block_k, group_size=group_size)          # R x [BN]
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
       for p, ok, y in zip(pairs, in_run, y_rows):

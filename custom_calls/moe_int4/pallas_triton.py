@@ -268,16 +268,17 @@ def supported(x, gate_packed, down_packed, group_size):
                                              "num_stages", "planar", "exact_bf16", "interpret"))
 def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                down_packed, down_scale, expert_offset=0, *, group_size=32, block_m=None,
-                               block_n=None, block_k=None, num_warps=None, num_stages=None, planar=None, exact_bf16=None,
-                               interpret=False):
+                               block_n=None, block_k=None, num_warps=None, num_stages=None, planar=None,
+                               exact_bf16=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
   gate_packed/up_packed: int32 [E, I, D/8]; gate_scale/up_scale: [E, I, D/g];
   down_packed: int32 [E, D, I/8]; down_scale: [E, D, I/g]. expert_offset may be traced (shard_map).
   Returns [N, D] in x.dtype. Block sizes default by rows per expert (default_blocks).
-  planar (None: by default_blocks, or False when block_k is given) = True: dequantise without reshapes (8 dots of K = block_k/8 per chunk, one per nibble position,
-  activations gathered with stride 8); planar=False: unpack to [BN, BK/8, 8] and reshape to [BN, BK].
+  planar (None: by default_blocks, or False when block_k is given) = True: dequantise without reshapes (8 dots
+  of K = block_k/8 per chunk, one per nibble position, activations gathered with stride 8); planar=False:
+  unpack to [BN, BK/8, 8] and reshape to [BN, BK].
   exact_bf16 (None: planar and bf16 x): planar planes from bf16_planes.py (bf16x2 PTX) instead of nibbles.py.
   """
   n, d = x.shape
@@ -321,6 +322,8 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
   magic = jnp.full((1,), MAGIC, jnp.int32)
 
+  # planar: x in the planes layout (nibbles.py), pre-scaled by 2**-e for the float32 planes, as is for bf16 ones
+  x_planes = activation_planes(x, prescaled=not exact_bf16).reshape(n, d).astype(x.dtype) if planar else x
   h = pl.pallas_call(
       functools.partial(_gate_up_kernel, block_m=block_m, block_n=block_n, block_k=block_k,
                         group_size=group_size, num_tokens=n, precision=precision, planar=planar,
@@ -328,8 +331,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
       grid=(nb, inter // block_n),
       out_shape=jax.ShapeDtypeStruct((p_pad, inter), x.dtype),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up",
-  )(magic, block_valid, block_expert, row_token, (activation_planes(x, prescaled=not exact_bf16).reshape(n, d).astype(x.dtype) if planar else x),
-    gate_packed, gate_scale, up_packed, up_scale)
+  )(magic, block_valid, block_expert, row_token, x_planes, gate_packed, gate_scale, up_packed, up_scale)
 
   y = pl.pallas_call(
       functools.partial(_down_kernel, block_m=block_m, block_n=block_n, block_k=block_k_down,

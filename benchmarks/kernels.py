@@ -374,6 +374,9 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
       row.update(experts_hit=hit, bytes=bytes_, flops=flops, roofline_mem_s=bytes_ / copy_bw,
                  roofline_s=max(bytes_ / copy_bw, flops / mm))
       ref = routed_experts_int4_reference(*args, expert_offset=0)
+      # The harness's own cost per call (the chain's add and full reduction around an identity call): part of
+      # every time below, not of the MoE; recorded so that it can be read next to the fractions.
+      row["harness_floor_s"] = timeit(lambda x_: x_, [a_[:1] for a_ in arg_sets])
       best = None
       with_default = not (planar_only and not smoke) and (not kernels or "default" in kernels)
       for cfg in ([dict(kernel="default")] if with_default else []) + sweep.get(m, []):
@@ -414,6 +417,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
       log(f"moe M={m} hit={hit}: " + ", ".join(
           f"{c['cfg']}: " + (f"{c['time_s'] * 1e3:.3f} ms err {c['err']:.1e}" if "time_s" in c else c["error"][:160])
           for c in row.get("configs", [])) +
+          f" | harness floor {row['harness_floor_s'] * 1e3:.4f} ms"
           f" | ragged bf16 {row.get('ragged_bf16_s', float('nan')) * 1e3:.3f} ms"
           f" | xla ref {row.get('xla_ref_s', float('nan')) * 1e3:.3f} ms")
     except Exception as e_:  # noqa: BLE001

@@ -326,8 +326,11 @@ def moe_sweep(smoke):
   for m in rows:
     # tensor_cores: one warp per 16 output columns (with more warps than BN/16 every warp dequantises the
     # whole tile: 4x the instructions at 4 warps, H200 SASS); not yet timed.
+    # pair_splits: a second grid axis over the pairs (and tokens), so that a few pairs still fill the GPU.
     tc = dict(kernel="gemv", tensor_cores=True, block_n=16, block_n_down=16, block_k=256, num_warps=1, num_stages=3)
-    few = [dict(kernel="gemv", num_warps=8), tc] if m <= 32 else []
+    splits = min(m, 8)
+    few = [dict(kernel="gemv", num_warps=8), tc, {**tc, "pair_splits": splits},
+           dict(kernel="gemv", num_warps=8, pair_splits=splits)] if m <= 32 else []
     sweep[m] = grouped_sweep(m)[:2] + few + grouped_sweep(m)[2:] + (gemv_sweep(m)[2:] if m <= 32 else [])
   return rows, sweep
 

@@ -45,7 +45,7 @@ MOE_KERNELS = {
     "gemv_sorted": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True),
     "gemv_sorted_runs": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True, rows_per_run=4),
     "gemv_tensor_cores": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=256, block_n=16, block_n_down=16,
-                                                             num_warps=1, tensor_cores=True),
+                                                             num_warps=1, tensor_cores=True, pair_splits=4),
     "grouped": lambda *a: routed_experts_int4_pallas(*a, 0),
     "grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256),
     "grouped_f32_planes": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256, exact_bf16=False),

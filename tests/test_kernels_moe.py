@@ -154,6 +154,10 @@ FEW_TOKEN_CASES = [
      dict(block_k=128, block_n=16, block_n_down=16, tensor_cores=True)),
     ("gemv", 9, 3, 8, 4, 0, jnp.bfloat16, 256, 256,                                  # tensor cores, runs of 4
      dict(block_k=128, block_n=16, block_n_down=32, sort_pairs=True, rows_per_run=4, tensor_cores=True)),
+    ("gemv", 7, 3, 12, 6, 2, jnp.bfloat16, 256, 256,                                 # pairs split 3 ways
+     dict(block_k=128, block_n=16, block_n_down=16, tensor_cores=True, pair_splits=3)),
+    ("gemv", 7, 3, 8, 4, 0, jnp.float32, 256, 256,                                   # sorted, split 2 ways
+     dict(block_k=128, sort_pairs=True, pair_splits=2)),
 ]
 
 
@@ -169,6 +173,17 @@ def test_few_token_kernels_match_reference(kernel, n, k, e_total, e_local, offse
   assert out.shape == x.shape and out.dtype == dtype
   tol = 1e-5 if dtype == jnp.float32 else 1e-2
   assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < tol
+
+
+def test_gemv_rejects_bad_options():
+  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+  x, ids, w, experts = make_inputs(3, 2, 2, 4, 4, 256, 256, jnp.float32)
+  with pytest.raises(ValueError, match="pair_splits 2 must be >= 1, and 1 unless rows_per_run"):
+    routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, sort_pairs=True, rows_per_run=2,
+                             pair_splits=2)
+  with pytest.raises(ValueError, match="tensor_cores=True.*needs bf16 x"):
+    routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, block_n=16, block_n_down=16,
+                             tensor_cores=True)
 
 
 @pytest.mark.parametrize("sort_pairs,rows_per_run", [(False, 1), (True, 1), (True, 2)])

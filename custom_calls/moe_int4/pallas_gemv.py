@@ -17,6 +17,9 @@ per SM on an H200). In token order this path has no routing sort and no atomics:
   straight in that layout.
 - Down: program j walks tokens in order and their top-k pairs, summing weight * y in registers, and
   writes out[token, tile] once: every output element is written exactly once, no zero-fill.
+- Optionally (`pair_splits` S > 1) a second grid axis splits the pairs (gate/up: the local pairs, compacted
+  first) and the tokens (down) S ways, so that one or a few pairs per program still fill the GPU with
+  narrow tensor-core tiles. Not yet timed on the H200.
 - Optionally (`sort_pairs`) both kernels visit the local pairs sorted by expert (one XLA argsort), and runs
   of up to `rows_per_run` pairs of one expert share one dequantised tile; the down kernel then adds into a
   zeroed fp32 output with atomics. On the H200 this lost to the grouped tensor-core kernels from 64
@@ -142,8 +145,10 @@ def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_lo
 
 
 def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, *,
-                    top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype, tensor_cores):
-  """Program j: columns [j*BN, (j+1)*BN) of h for every local pair, a run of same-expert pairs at a time.
+                    top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype, tensor_cores,
+                    pair_splits):
+  """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
+  (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
   consts: [2] i32 (expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each position;
   ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
@@ -172,22 +177,22 @@ def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, g
         if not tensor_cores:                       # the float32 planes carry the 2**-e factors
           h = h.astype(jnp.float32) * plane_scale(cols)
         plgpu.store(hp_ref.at[p, h_cols], h.astype(hp_ref.dtype), mask=jnp.broadcast_to(ok, (block_n,)))
-    return i + length
+    return i + (length if pair_splits == 1 else pair_splits)      # pair_splits > 1: runs of one pair
 
-  lax.while_loop(lambda i: i < count, visit, jnp.int32(0))
+  lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
 
 
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                       block_k, group_size, tensor_cores):
-  """Program j: out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs,
-  summed in registers and written once per token (no zero-fill, no atomics).
+                       block_k, group_size, tensor_cores, pair_splits):
+  """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
+  for tokens t = s, s + S, ..., summed in registers and written once per token (no zero-fill, no atomics).
 
   ids/wts: [P] (token-major); hp: [P, 8 * I/8] planes; dw: int32 [E, D, I/8]; ds: [E, D, I/g]; out: [N, D].
   """
   n0 = pl.program_id(0) * block_n
   chunks = hp_ref.shape[1] // block_k
 
-  def token(t, carry):
+  def token(t):
     def pair(k, acc):
       p = t * top_k + k
       e = ids_ref[p] - consts_ref[0]
@@ -201,15 +206,16 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
     acc = lax.fori_loop(0, top_k, pair, jnp.zeros((block_n,), jnp.float32))
     out_ref[t, pl.ds(n0, block_n)] = acc.astype(out_ref.dtype)
-    return carry
+    return t + pair_splits
 
-  lax.fori_loop(0, out_ref.shape[0], token, 0)
+  lax.while_loop(lambda t: t < out_ref.shape[0], token, pl.program_id(1))   # tokens s, s + S, ...
 
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
-                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, tensor_cores):
-  """Program j: for each run of same-expert pairs (visiting order), atomically add w * (h @ W_down[e]^T)
-  into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
+                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, tensor_cores,
+                        pair_splits):
+  """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
+  atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
   del out0_ref
   n0 = pl.program_id(0) * block_n
   chunks = hp_ref.shape[1] // block_k
@@ -229,9 +235,9 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
       for p, ok, y in zip(pairs, in_run, y_rows):
         plgpu.atomic_add(out_ref, (p // top_k, cols), y * jnp.where(ok, wts_ref[p], 0.0))
-    return i + length
+    return i + (length if pair_splits == 1 else pair_splits)
 
-  lax.while_loop(lambda i: i < count, visit, jnp.int32(0))
+  lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
 
 
 def default_gemv_blocks(num_tokens):
@@ -256,11 +262,11 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "tensor_cores",
-                                             "interpret"))
+                                             "pair_splits", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
-                             rows_per_run=None, tensor_cores=False, interpret=False):
+                             rows_per_run=None, tensor_cores=False, pair_splits=1, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -272,6 +278,8 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   expert share a dequantised tile. Defaults by token count (default_gemv_blocks). Returns [N, D] in x.dtype.
   tensor_cores (bf16 x only): the tiles reduce on the tensor cores (_tile_mma: bf16_planes.py planes, rows
   padded to 16; rows_per_run <= 16, block_n and block_n_down >= 16) instead of the CUDA cores.
+  pair_splits S: a second grid axis; program (j, s) visits positions s, s + S, ... (gate/up) and tokens s,
+  s + S, ... (down), so that a few pairs still make S times the programs (needs rows_per_run 1).
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -289,6 +297,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if inter % block_n or d % block_n_down or rows_per_run & (rows_per_run - 1):
     raise ValueError(f"routed_experts_int4_gemv: block_n {block_n} must divide I = {inter}, block_n_down "
                      f"{block_n_down} must divide D = {d}, rows_per_run {rows_per_run} must be a power of two")
+  if pair_splits < 1 or (pair_splits > 1 and rows_per_run != 1):
+    raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and 1 unless rows_per_run "
+                     f"is 1 (got {rows_per_run})")
   if tensor_cores and (x.dtype != jnp.bfloat16 or rows_per_run > 16 or min(block_n, block_n_down) < 16):
     raise ValueError(f"routed_experts_int4_gemv(tensor_cores=True): needs bf16 x (got {x.dtype}), rows_per_run "
                      f"<= 16 (got {rows_per_run}) and block_n, block_n_down >= 16 (got {block_n}, {block_n_down})")
@@ -300,21 +311,24 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   wts = expert_weights.reshape(p).astype(jnp.float32)
   off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
   consts = jnp.concatenate([off, jnp.full((1,), MAGIC, jnp.int32)])
-  if sort_pairs:
+  if sort_pairs or pair_splits > 1:
+    # The local pairs first (by expert when sort_pairs, else in token order): striding over them spreads
+    # them evenly over the pair_splits programs.
     local = ids - off[0]
     is_local = (local >= 0) & (local < e)
-    order = jnp.argsort(jnp.where(is_local, local, e), stable=True).astype(jnp.int32)
+    order = jnp.argsort(jnp.where(is_local, local if sort_pairs else 0, e), stable=True).astype(jnp.int32)
     count = jnp.sum(is_local.astype(jnp.int32)).reshape(1)
   else:
     order = jnp.arange(p, dtype=jnp.int32)
     count = jnp.full((1,), p, jnp.int32)
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
-  common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, tensor_cores=tensor_cores)
+  common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, tensor_cores=tensor_cores,
+                pair_splits=pair_splits)
   xp = activation_planes(x, prescaled=not tensor_cores).reshape(n, d)     # f32 pre-scaled, or bf16 as is
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype, **common),
-      grid=(inter // block_n,),
+      grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), x.dtype if tensor_cores else jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
   )(consts, count, order, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
@@ -322,13 +336,13 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if not sort_pairs:
     return pl.pallas_call(
         functools.partial(_down_token_kernel, block_n=block_n_down, **common),
-        grid=(d // block_n_down,),
+        grid=(d // block_n_down, pair_splits),
         out_shape=jax.ShapeDtypeStruct((n, d), x.dtype),
         compiler_params=params, interpret=interpret, name="moe_int4_down_gemv",
     )(consts, ids, wts, hp, down_packed, down_scale)
   out = pl.pallas_call(
       functools.partial(_down_sorted_kernel, block_n=block_n_down, rows_per_run=rows_per_run, **common),
-      grid=(d // block_n_down,),
+      grid=(d // block_n_down, pair_splits),
       out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
       input_output_aliases={8: 0},
       compiler_params=params, interpret=interpret, name="moe_int4_down_gemv_sorted",

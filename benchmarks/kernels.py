@@ -329,8 +329,8 @@ def moe_sweep(smoke):
     # pair_splits: a second grid axis over the pairs (and tokens), so that a few pairs still fill the GPU.
     tc = dict(kernel="gemv", tensor_cores=True, block_n=16, block_n_down=16, block_k=256, num_warps=1, num_stages=3)
     splits = min(m, 8)
-    few = [dict(kernel="gemv", num_warps=8), tc, {**tc, "pair_splits": splits},
-           dict(kernel="gemv", num_warps=8, pair_splits=splits)] if m <= 32 else []
+    few = [dict(kernel="gemv", num_warps=8), tc, {**tc, "pair_splits": splits, "rows_per_run": 1},
+           dict(kernel="gemv", num_warps=8, pair_splits=splits, rows_per_run=1)] if m <= 32 else []
     sweep[m] = grouped_sweep(m)[:2] + few + grouped_sweep(m)[2:] + (gemv_sweep(m)[2:] if m <= 32 else [])
   return rows, sweep
 

@@ -178,7 +178,7 @@ def test_few_token_kernels_match_reference(kernel, n, k, e_total, e_local, offse
 def test_gemv_rejects_bad_options():
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
   x, ids, w, experts = make_inputs(3, 2, 2, 4, 4, 256, 256, jnp.float32)
-  with pytest.raises(ValueError, match="pair_splits 2 must be >= 1, and 1 unless rows_per_run"):
+  with pytest.raises(ValueError, match="pair_splits 2 must be >= 1, and above 1 only with rows_per_run 1"):
     routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, sort_pairs=True, rows_per_run=2,
                              pair_splits=2)
   with pytest.raises(ValueError, match="tensor_cores=True.*needs bf16 x"):

@@ -298,8 +298,8 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
     raise ValueError(f"routed_experts_int4_gemv: block_n {block_n} must divide I = {inter}, block_n_down "
                      f"{block_n_down} must divide D = {d}, rows_per_run {rows_per_run} must be a power of two")
   if pair_splits < 1 or (pair_splits > 1 and rows_per_run != 1):
-    raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and 1 unless rows_per_run "
-                     f"is 1 (got {rows_per_run})")
+    raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and above 1 only with "
+                     f"rows_per_run 1 (got rows_per_run {rows_per_run})")
   if tensor_cores and (x.dtype != jnp.bfloat16 or rows_per_run > 16 or min(block_n, block_n_down) < 16):
     raise ValueError(f"routed_experts_int4_gemv(tensor_cores=True): needs bf16 x (got {x.dtype}), rows_per_run "
                      f"<= 16 (got {rows_per_run}) and block_n, block_n_down >= 16 (got {block_n}, {block_n_down})")

@@ -37,6 +37,16 @@ def dequant_planes_bf16(words, scales):
   return dequant_planes_bf16_p.bind(words, scales)
 
 
+def dequant_group_planes_bf16(words, group_scales):
+  """words: int32 [BN, W]; group_scales: [BN, G] (W a multiple of G; the W/G adjacent words of a group share
+  its scale) -> dequant_planes_bf16 of the tile. The scales broadcast through a [BN, G, W/G] view: a per-word
+  gather would give the tile a layout that Triton stores to shared memory one element at a time."""
+  bn, w = words.shape
+  g = group_scales.shape[1]
+  word_scales = jnp.broadcast_to(group_scales[:, :, None], (bn, g, w // g)).reshape(bn, w)
+  return dequant_planes_bf16(words, word_scales.astype(jnp.bfloat16))
+
+
 def _reference(words, scales):
   s = scales.astype(jnp.float32)
   return [((((words >> (4 * j)) & 0xF).astype(jnp.float32) - 8.0) * s).astype(jnp.bfloat16) for j in range(8)]

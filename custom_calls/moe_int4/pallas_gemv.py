@@ -40,7 +40,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dot_accumulate import dot_accumulate
-from custom_calls.moe_int4.bf16_planes import dequant_planes_bf16
+from custom_calls.moe_int4.bf16_planes import dequant_group_planes_bf16
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 
@@ -116,8 +116,7 @@ def _tile_mma(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, bloc
     for (w_ref, s_ref), acc in zip(mats, accs):
       words = w_ref[e, pl.ds(n0, block_n), pl.ds(kw0, bk8)]                              # [BN, BK/8]
       sc = s_ref[e, pl.ds(n0, block_n), pl.ds(kw0 // wpg, bk8 // wpg)]                   # [BN, BK/g]
-      word_scales = jnp.broadcast_to(sc[:, :, None], (block_n, bk8 // wpg, wpg)).reshape(block_n, bk8)
-      for j, w in enumerate(dequant_planes_bf16(words, word_scales.astype(jnp.bfloat16))):
+      for j, w in enumerate(dequant_group_planes_bf16(words, sc)):
         acc = dot_accumulate(acc, acts[j], w, trans_b=True)                              # [16, BN]
       out.append(acc)
     return tuple(out)

@@ -33,7 +33,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dot_accumulate import dot_accumulate
-from custom_calls.moe_int4.bf16_planes import dequant_planes_bf16
+from custom_calls.moe_int4.bf16_planes import dequant_group_planes_bf16
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 _MAGIC_OFFSET = 8388608.0 + 8.0           # (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23 (nibbles.MAGIC)
@@ -69,8 +69,7 @@ def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, g
   wpg = group_size // 8
   sc = s_ref[e, pl.ds(n0, block_n), pl.ds(kk * block_k // group_size, block_k // group_size)]
   if exact_bf16:
-    word_scales = jnp.broadcast_to(sc[:, :, None], (block_n, bk8 // wpg, wpg)).reshape(block_n, bk8)
-    for j, w in enumerate(dequant_planes_bf16(words, word_scales.astype(jnp.bfloat16))):   # [BN, BK/8] bf16
+    for j, w in enumerate(dequant_group_planes_bf16(words, sc)):                # [BN, BK/8] bf16
       acc = dot_accumulate(acc, act(j), w, trans_b=True, precision=precision)
     return acc
   sc = sc.astype(jnp.float32)[:, :, None]                                       # [BN, BK/g, 1]

@@ -80,6 +80,12 @@ def timeit(fn, arg_sets, reps=5, calls=None):
   return statistics.median(ts) / calls
 
 
+def harness_floor(arg_sets):
+  """timeit's own cost per call (the chain's add and full reduction around an identity call) for these inputs:
+  part of every time measured with them, not of the kernel."""
+  return timeit(lambda x: x, [a[:1] for a in arg_sets])
+
+
 def rel_err(out, ref):
   out = np.asarray(jnp.asarray(out, jnp.float32), np.float64)
   ref = np.asarray(jnp.asarray(ref, jnp.float32), np.float64)
@@ -377,9 +383,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
       row.update(experts_hit=hit, bytes=bytes_, flops=flops, roofline_mem_s=bytes_ / copy_bw,
                  roofline_s=max(bytes_ / copy_bw, flops / mm))
       ref = routed_experts_int4_reference(*args, expert_offset=0)
-      # The harness's own cost per call (the chain's add and full reduction around an identity call): part of
-      # every time below, not of the MoE; recorded so that it can be read next to the fractions.
-      row["harness_floor_s"] = timeit(lambda x_: x_, [a_[:1] for a_ in arg_sets])
+      row["harness_floor_s"] = harness_floor(arg_sets)        # recorded to be read next to the fractions
       best = None
       with_default = not (planar_only and not smoke) and (not kernels or "default" in kernels)
       for cfg in ([dict(kernel="default")] if with_default else []) + sweep.get(m, []):
@@ -441,7 +445,7 @@ def bench_moe_parts(smoke):
     try:
       subs = [moe_inputs(m + 100 * i, m, e, d, inter) for i in range(1 if smoke or m >= 64 else 4)]
       bm = default_blocks(m, e)[0]
-      row["floor_s"] = timeit(lambda x: x, [s_[:1] for s_ in subs])
+      row["floor_s"] = harness_floor(subs)
       for by_rank in (False, True):
         def route_only(x, ids, by_rank=by_rank):       # ids depend on the chain, so calls cannot be merged
           outs = route(ids + (x[0, 0] * 0).astype(jnp.int32), e, 0, bm, by_rank=by_rank)

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from custom_calls.mla_attention.pallas_triton import mla_attention_pallas, default_num_splits
+from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 from custom_calls.moe_int4 import routed_experts_int4
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv

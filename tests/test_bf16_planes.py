@@ -1,7 +1,5 @@
 """bf16_planes.dequant_planes_bf16: the jnp definition against numpy, and (GPU) the inline PTX against it,
 bit for bit."""
-import functools
-
 import jax
 import jax.numpy as jnp
 import ml_dtypes

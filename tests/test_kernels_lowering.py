@@ -46,6 +46,8 @@ MOE_KERNELS = {
     "gemv_sorted_runs": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True, rows_per_run=4),
     "gemv_tensor_cores": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=256, block_n=16, block_n_down=16,
                                                              num_warps=1, tensor_cores=True, pair_splits=4),
+    "gemv_tc_x_in_kernel": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=256, block_n=16, block_n_down=16,
+                                                               num_warps=1, tensor_cores=True, x_in_kernel=True),
     "grouped": lambda *a: routed_experts_int4_pallas(*a, 0),
     "grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256),
     "grouped_f32_planes": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256, exact_bf16=False),

@@ -92,12 +92,15 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   return [[jnp.sum(acc, axis=1) for acc in acc_rows] for acc_rows in accs]
 
 
-def _tile_mma(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size):
+def _tile_mma(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
+              act_planar=True):
   """_tile_gemv's contract on the tensor cores (tensor_cores=True): act_ref is bf16 [rows, 8 * K/8] planes
   WITHOUT the 2**-e factors (nibbles.activation_planes(prescaled=False)); the R <= 16 rows, padded to 16 with
   row 0, are the A operand of one dot per nibble plane and the word tile's bf16 planes (bf16_planes.py, two
   weights per instruction) the B operand. Per weight ~2 dequantisation instructions instead of ~3.3 on the
   CUDA cores (LOP3, FADD, FFMA per row), and up to 16 rows of one expert cost the same as one.
+  act_planar=False: act_ref is x itself, bf16 [rows, K] row-major, and plane j's activations are gathered with
+  stride 8 (x[r, 8w + j]) from the cache instead of being rearranged by an XLA launch before the kernel.
   """
   del magic
   bk8 = block_k // 8
@@ -105,13 +108,14 @@ def _tile_mma(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, bloc
   w_idx = jnp.arange(bk8, dtype=jnp.int32)
   wpg = group_size // 8                                  # words per scale group
   slot = jnp.arange(16, dtype=jnp.int32)
+  act_col = (lambda j, kw0: j * k8 + kw0 + w_idx) if act_planar else (lambda j, kw0: 8 * (kw0 + w_idx) + j)
   rows16 = jnp.full((16,), act_rows[0], jnp.int32)       # unused slots (and rows outside the run) read row 0
   for r in range(1, len(act_rows)):
     rows16 = jnp.where(slot == r, jnp.where(act_ok[r], act_rows[r], act_rows[0]), rows16)
 
   def body(c, accs):
     kw0 = c * bk8
-    acts = [act_ref[rows16[:, None], (j * k8 + kw0 + w_idx)[None, :]] for j in range(8)]  # 8 x [16, BK/8]
+    acts = [act_ref[rows16[:, None], act_col(j, kw0)[None, :]] for j in range(8)]        # 8 x [16, BK/8]
     out = []
     for (w_ref, s_ref), acc in zip(mats, accs):
       words = w_ref[e, pl.ds(n0, block_n), pl.ds(kw0, bk8)]                              # [BN, BK/8]
@@ -145,13 +149,14 @@ def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_lo
 
 def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, *,
                     top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype, tensor_cores,
-                    pair_splits):
+                    pair_splits, x_in_kernel=False):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
   consts: [2] i32 (expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each position;
   ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
-  xp: [N, 8 * D/8] planes (f32 pre-scaled, or bf16 as is with tensor_cores);
+  xp: [N, 8 * D/8] planes (f32 pre-scaled, or bf16 as is with tensor_cores), or x itself ([N, D] bf16) when
+  x_in_kernel (tensor_cores only);
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: [P, 8 * I/8] planes, f32 pre-scaled (bf16 as is with
   tensor_cores; rows of non-local pairs unwritten).
   """
@@ -167,7 +172,7 @@ def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, g
 
     @pl.when(in_run[0])                                          # the run's expert is local
     def _():
-      tile = _tile_mma if tensor_cores else _tile_gemv
+      tile = functools.partial(_tile_mma, act_planar=not x_in_kernel) if tensor_cores else _tile_gemv
       g_rows, u_rows = tile(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
                             [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
                             block_k=block_k, group_size=group_size)                       # R x [BN] each
@@ -261,11 +266,12 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "tensor_cores",
-                                             "pair_splits", "interpret"))
+                                             "pair_splits", "x_in_kernel", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
-                             rows_per_run=None, tensor_cores=False, pair_splits=1, interpret=False):
+                             rows_per_run=None, tensor_cores=False, pair_splits=1, x_in_kernel=False,
+                             interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -279,6 +285,8 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   padded to 16; rows_per_run <= 16, block_n and block_n_down >= 16) instead of the CUDA cores.
   pair_splits S: a second grid axis; program (j, s) visits positions s, s + S, ... (gate/up) and tokens s,
   s + S, ... (down), so that a few pairs still make S times the programs (needs rows_per_run 1).
+  x_in_kernel (tensor_cores only): the gate/up kernel gathers x's nibble-plane columns itself (stride-8 loads
+  from the cache) instead of an XLA rearrangement before it: one launch fewer per call.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -302,6 +310,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if tensor_cores and (x.dtype != jnp.bfloat16 or rows_per_run > 16 or min(block_n, block_n_down) < 16):
     raise ValueError(f"routed_experts_int4_gemv(tensor_cores=True): needs bf16 x (got {x.dtype}), rows_per_run "
                      f"<= 16 (got {rows_per_run}) and block_n, block_n_down >= 16 (got {block_n}, {block_n_down})")
+  if x_in_kernel and not tensor_cores:
+    raise ValueError("routed_experts_int4_gemv: x_in_kernel needs tensor_cores=True (the CUDA-core tiles take "
+                     "float32 planes pre-scaled by XLA)")
   if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
     raise ValueError(f"routed_experts_int4_gemv: scales {gate_scale.shape}, {down_scale.shape} do not match "
                      f"group_size {group_size}")
@@ -323,10 +334,14 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, tensor_cores=tensor_cores,
                 pair_splits=pair_splits)
-  xp = activation_planes(x, prescaled=not tensor_cores).reshape(n, d)     # f32 pre-scaled, or bf16 as is
+  if x_in_kernel:
+    xp = x                                                                # [N, D]; planes gathered in the kernel
+  else:
+    xp = activation_planes(x, prescaled=not tensor_cores).reshape(n, d)   # f32 pre-scaled, or bf16 as is
 
   hp = pl.pallas_call(
-      functools.partial(_gate_up_kernel, block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype, **common),
+      functools.partial(_gate_up_kernel, block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
+                        x_in_kernel=x_in_kernel, **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), x.dtype if tensor_cores else jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",

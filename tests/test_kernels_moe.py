@@ -103,7 +103,7 @@ def test_dispatch():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("kernel", ["grouped", "grouped_f32_planes", "gemv", "gemv_tensor_cores", "gemv_tc_x_in_kernel"])
+@pytest.mark.parametrize("kernel", ["grouped", "grouped_f32_planes", "gemv"])
 @pytest.mark.parametrize("n", [1, 64, 600])
 def test_gpu_kernel(n, kernel):
   e, d, inter = 48, 7168, 2048
@@ -121,11 +121,6 @@ def test_gpu_kernel(n, kernel):
   elif kernel == "gemv":
     from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
     out = routed_experts_int4_gemv(x, ids, w, *experts, 0)
-  elif kernel in ("gemv_tensor_cores", "gemv_tc_x_in_kernel"):
-    from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
-    out = routed_experts_int4_gemv(x, ids, w, *experts, 0, tensor_cores=True, block_n=16, block_n_down=16,
-                                   block_k=256, num_warps=1, num_stages=3,
-                                   x_in_kernel=kernel == "gemv_tc_x_in_kernel")
   else:
     out = routed_experts_int4_pallas(x, ids, w, *experts, 0)
   assert rel_err(out, reference_f32(x, ids, w, experts, 0)) < 1e-2
@@ -151,18 +146,11 @@ FEW_TOKEN_CASES = [
     ("gemv", 9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, dict(block_k=128, block_n=8, sort_pairs=True)),  # sorted pairs
     ("gemv", 9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=True, rows_per_run=4)),  # runs of 4
     ("gemv", 9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=False, rows_per_run=2)),  # token order
-    ("gemv", 5, 4, 12, 6, 3, jnp.bfloat16, 256, 256,                                # tensor cores, token order
-     dict(block_k=128, block_n=16, block_n_down=16, tensor_cores=True)),
-    ("gemv", 9, 3, 8, 4, 0, jnp.bfloat16, 256, 256,                                  # tensor cores, runs of 4
-     dict(block_k=128, block_n=16, block_n_down=32, sort_pairs=True, rows_per_run=4, tensor_cores=True)),
     ("gemv", 7, 3, 12, 6, 2, jnp.bfloat16, 256, 256,                                 # pairs split 3 ways
-     dict(block_k=128, block_n=16, block_n_down=16, tensor_cores=True, pair_splits=3)),
+     dict(block_k=128, block_n=16, block_n_down=16, pair_splits=3)),
+    ("gemv", 5, 4, 12, 6, 3, jnp.bfloat16, 512, 256, dict(block_k=128)),             # the defaults: split 5 ways
     ("gemv", 7, 3, 8, 4, 0, jnp.float32, 256, 256,                                   # sorted, split 2 ways
      dict(block_k=128, sort_pairs=True, pair_splits=2)),
-    ("gemv", 5, 4, 12, 6, 3, jnp.bfloat16, 512, 256,                                 # x's planes gathered in-kernel
-     dict(block_k=128, block_n=16, block_n_down=16, tensor_cores=True, x_in_kernel=True)),
-    ("gemv", 7, 3, 12, 6, 2, jnp.bfloat16, 256, 512,                                 # ... with the pairs split
-     dict(block_k=256, block_n=16, block_n_down=16, tensor_cores=True, x_in_kernel=True, pair_splits=2)),
 ]
 
 
@@ -186,11 +174,6 @@ def test_gemv_rejects_bad_options():
   with pytest.raises(ValueError, match="pair_splits 2 must be >= 1, and above 1 only with rows_per_run 1"):
     routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, sort_pairs=True, rows_per_run=2,
                              pair_splits=2)
-  with pytest.raises(ValueError, match="tensor_cores=True.*needs bf16 x"):
-    routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, block_n=16, block_n_down=16,
-                             tensor_cores=True)
-  with pytest.raises(ValueError, match="x_in_kernel needs tensor_cores=True"):
-    routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, x_in_kernel=True)
 
 
 @pytest.mark.parametrize("sort_pairs,rows_per_run", [(False, 1), (True, 1), (True, 2)])

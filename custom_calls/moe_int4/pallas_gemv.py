@@ -9,24 +9,23 @@ per SM on an H200). In token order this path has no routing sort and no atomics:
   h; down: of the output). It loops over the pairs itself, so the grid is the same at 1 and 64 tokens
   and nothing is launched for pairs routed to other devices. For each local pair it streams its
   expert's [BN, K] word tile and reduces it against the pair's activations on the CUDA cores
-  (a GEMV: per weight one LOP3, one FADD, one FFMA per row; the group scale one FFMA per group and row),
-  or, with `tensor_cores` (bf16), on the tensor cores: the pair's row padded to 16 against the tile's bf16
-  planes from bf16_planes.py (`_tile_mma`, ~2 instructions per weight; not yet timed on the H200).
+  (a GEMV: per weight one LOP3, one FADD, one FFMA per row; the group scale one FFMA per group and row).
+  A tensor-core variant of the tile (rows padded to 16 against bf16_planes.py's planes) was measured slower at
+  every token count from 1 to 32 on the H200 and removed (benchmarks/RESULTS.md, issue 6 sixth round).
 - Weights are dequantised as nibble planes and activations arrive in the matching planes layout
   (nibbles.py): x is rearranged by XLA (`activation_planes`); h is written by the gate/up kernel
   straight in that layout.
 - Down: program j walks tokens in order and their top-k pairs, summing weight * y in registers, and
   writes out[token, tile] once: every output element is written exactly once, no zero-fill.
-- Optionally (`pair_splits` S > 1) a second grid axis splits the pairs (gate/up: the local pairs, compacted
-  first) and the tokens (down) S ways, so that one or a few pairs per program still fill the GPU with
-  narrow tensor-core tiles. Not yet timed on the H200.
+- `pair_splits` S > 1: a second grid axis splits the pairs (gate/up: the local pairs, compacted first) and
+  the tokens (down) S ways, so that S programs share a column tile's pairs instead of one walking them all.
+  The default at 2-8 tokens (S = tokens): on the H200 0.082 ms against 0.100 unsplit at 4 tokens.
 - Optionally (`sort_pairs`) both kernels visit the local pairs sorted by expert (one XLA argsort), and runs
   of up to `rows_per_run` pairs of one expert share one dequantised tile; the down kernel then adds into a
   zeroed fp32 output with atomics. On the H200 this lost to the grouped tensor-core kernels from 64
   tokens on, so the dispatch uses token order (up to GEMV_MAX_TOKENS) only.
 
-Numerics: weights are exact ((nib - 8) * scale in fp32; with tensor_cores rounded once to bf16, as the
-reference's cast does), products and sums fp32; h is rounded to the activation dtype before the down
+Numerics: weights are exact ((nib - 8) * scale in fp32), products and sums fp32; h is rounded to the activation dtype before the down
 projection, as in the reference.
 """
 from __future__ import annotations
@@ -40,7 +39,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dot_accumulate import dot_accumulate
-from custom_calls.moe_int4.bf16_planes import dequant_group_planes_bf16
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 
@@ -92,45 +90,6 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   return [[jnp.sum(acc, axis=1) for acc in acc_rows] for acc_rows in accs]
 
 
-def _tile_mma(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
-              act_planar=True):
-  """_tile_gemv's contract on the tensor cores (tensor_cores=True): act_ref is bf16 [rows, 8 * K/8] planes
-  WITHOUT the 2**-e factors (nibbles.activation_planes(prescaled=False)); the R <= 16 rows, padded to 16 with
-  row 0, are the A operand of one dot per nibble plane and the word tile's bf16 planes (bf16_planes.py, two
-  weights per instruction) the B operand. Per weight ~2 dequantisation instructions instead of ~3.3 on the
-  CUDA cores (LOP3, FADD, FFMA per row), and up to 16 rows of one expert cost the same as one.
-  act_planar=False: act_ref is x itself, bf16 [rows, K] row-major, and plane j's activations are gathered with
-  stride 8 (x[r, 8w + j]) from the cache instead of being rearranged by an XLA launch before the kernel.
-  """
-  del magic
-  bk8 = block_k // 8
-  k8 = act_ref.shape[1] // 8
-  w_idx = jnp.arange(bk8, dtype=jnp.int32)
-  wpg = group_size // 8                                  # words per scale group
-  slot = jnp.arange(16, dtype=jnp.int32)
-  act_col = (lambda j, kw0: j * k8 + kw0 + w_idx) if act_planar else (lambda j, kw0: 8 * (kw0 + w_idx) + j)
-  rows16 = jnp.full((16,), act_rows[0], jnp.int32)       # unused slots (and rows outside the run) read row 0
-  for r in range(1, len(act_rows)):
-    rows16 = jnp.where(slot == r, jnp.where(act_ok[r], act_rows[r], act_rows[0]), rows16)
-
-  def body(c, accs):
-    kw0 = c * bk8
-    acts = [act_ref[rows16[:, None], act_col(j, kw0)[None, :]] for j in range(8)]        # 8 x [16, BK/8]
-    out = []
-    for (w_ref, s_ref), acc in zip(mats, accs):
-      words = w_ref[e, pl.ds(n0, block_n), pl.ds(kw0, bk8)]                              # [BN, BK/8]
-      sc = s_ref[e, pl.ds(n0, block_n), pl.ds(kw0 // wpg, bk8 // wpg)]                   # [BN, BK/g]
-      for j, w in enumerate(dequant_group_planes_bf16(words, sc)):
-        acc = dot_accumulate(acc, acts[j], w, trans_b=True)                              # [16, BN]
-      out.append(acc)
-    return tuple(out)
-
-  zeros = jnp.zeros((16, block_n), jnp.float32)
-  accs = lax.fori_loop(0, num_chunks, body, tuple(zeros for _ in mats))
-  return [[jnp.sum(jnp.where(slot[:, None] == r, acc, 0.0), axis=0) for r in range(len(act_rows))]
-          for acc in accs]
-
-
 def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_local):
   """The run of visiting positions i, i+1, ... (< count, at most rows_per_run) whose pairs share the expert
   of position i. Returns (pairs: R i32 scalars, in_run: R bool scalars (False also when that expert is not
@@ -148,17 +107,15 @@ def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_lo
 
 
 def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, *,
-                    top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype, tensor_cores,
-                    pair_splits, x_in_kernel=False):
+                    top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype, pair_splits):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
   consts: [2] i32 (expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each position;
   ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
-  xp: [N, 8 * D/8] planes (f32 pre-scaled, or bf16 as is with tensor_cores), or x itself ([N, D] bf16) when
-  x_in_kernel (tensor_cores only);
-  gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: [P, 8 * I/8] planes, f32 pre-scaled (bf16 as is with
-  tensor_cores; rows of non-local pairs unwritten).
+  xp: f32 [N, 8 * D/8] planes, pre-scaled;
+  gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
+  pairs unwritten).
   """
   n0 = pl.program_id(0) * block_n
   chunks = xp_ref.shape[1] // block_k
@@ -172,22 +129,20 @@ def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, g
 
     @pl.when(in_run[0])                                          # the run's expert is local
     def _():
-      tile = functools.partial(_tile_mma, act_planar=not x_in_kernel) if tensor_cores else _tile_gemv
-      g_rows, u_rows = tile(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
-                            [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
-                            block_k=block_k, group_size=group_size)                       # R x [BN] each
+      g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
+                                  [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
+                                  block_k=block_k, group_size=group_size)                 # R x [BN] each
       for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
-        h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)
-        if not tensor_cores:                       # the float32 planes carry the 2**-e factors
-          h = h.astype(jnp.float32) * plane_scale(cols)
-        plgpu.store(hp_ref.at[p, h_cols], h.astype(hp_ref.dtype), mask=jnp.broadcast_to(ok, (block_n,)))
+        h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
+        h = h.astype(jnp.float32) * plane_scale(cols)                    # the float32 planes carry the 2**-e
+        plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
     return i + (length if pair_splits == 1 else pair_splits)      # pair_splits > 1: runs of one pair
 
   lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
 
 
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                       block_k, group_size, tensor_cores, pair_splits):
+                       block_k, group_size, pair_splits):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
   for tokens t = s, s + S, ..., summed in registers and written once per token (no zero-fill, no atomics).
 
@@ -202,8 +157,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
       e = ids_ref[p] - consts_ref[0]
 
       def add_pair():
-        tile = _tile_mma if tensor_cores else _tile_gemv
-        ((y,),) = tile(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1], block_n=block_n,
+        ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1], block_n=block_n,
                        block_k=block_k, group_size=group_size)                            # [BN]
         return acc + wts_ref[p] * y
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
@@ -216,8 +170,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
-                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, tensor_cores,
-                        pair_splits):
+                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits):
   """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
   atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
   del out0_ref
@@ -232,8 +185,7 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
 
     @pl.when(in_run[0])
     def _():
-      tile = _tile_mma if tensor_cores else _tile_gemv
-      (y_rows,) = tile(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
+      (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
                        block_n=block_n, block_k=block_k, group_size=group_size)          # R x [BN]
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
@@ -245,14 +197,16 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
 
 
 def default_gemv_blocks(num_tokens):
-  """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs, rows_per_run) for the K2.6
-  shard (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512 gate/up tiles). Above
-  GEMV_MAX_TOKENS the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms, grouped 0.61)."""
-  if num_tokens <= 4:                 # H200, 1 token: 8 warps 0.033 ms, 4 warps 0.041, block_n 8 0.055;
-    return 4, 8, 1024, 8, 2, False, 1   # 4 tokens: 8 warps 0.094, 4 warps 0.104 (fifth round)
-  if num_tokens <= 8:                 # 8 tokens: 4 warps 0.172 ms, 8 warps 0.181, sorted runs of 2 0.204
-    return 4, 8, 1024, 4, 2, False, 1
-  return 4, 8, 1024, 4, 2, True, 2
+  """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs, rows_per_run, pair_splits) for
+  the K2.6 shard (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512 gate/up tiles).
+  Above GEMV_MAX_TOKENS the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms,
+  grouped 0.61)."""
+  if num_tokens <= 8:
+    # H200, sixth round (chained harness): 8 warps with the pairs split num_tokens ways, against 8 warps
+    # unsplit: 2 tokens 0.055 vs 0.064 ms, 4 tokens 0.082 vs 0.100, 8 tokens 0.150 vs 0.182
+    # (1 token: 8 warps 0.033 ms, 4 warps 0.041, block_n 8 0.055, fifth round).
+    return 4, 8, 1024, 8, 2, False, 1, num_tokens
+  return 4, 8, 1024, 4, 2, True, 2, 1
 
 
 def supported(x, gate_packed, down_packed, group_size, block_k=1024):
@@ -265,13 +219,12 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
-                                             "num_stages", "sort_pairs", "rows_per_run", "tensor_cores",
-                                             "pair_splits", "x_in_kernel", "interpret"))
+                                             "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
+                                             "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
-                             rows_per_run=None, tensor_cores=False, pair_splits=1, x_in_kernel=False,
-                             interpret=False):
+                             rows_per_run=None, pair_splits=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -281,22 +234,20 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   sort_pairs: visit the local pairs sorted by expert (the down projection then adds into a zeroed fp32
   output with atomics) instead of in token order; rows_per_run: up to this many consecutive pairs of one
   expert share a dequantised tile. Defaults by token count (default_gemv_blocks). Returns [N, D] in x.dtype.
-  tensor_cores (bf16 x only): the tiles reduce on the tensor cores (_tile_mma: bf16_planes.py planes, rows
-  padded to 16; rows_per_run <= 16, block_n and block_n_down >= 16) instead of the CUDA cores.
   pair_splits S: a second grid axis; program (j, s) visits positions s, s + S, ... (gate/up) and tokens s,
   s + S, ... (down), so that a few pairs still make S times the programs (needs rows_per_run 1).
-  x_in_kernel (tensor_cores only): the gate/up kernel gathers x's nibble-plane columns itself (stride-8 loads
-  from the cache) instead of an XLA rearrangement before it: one launch fewer per call.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
   e, inter, _ = gate_packed.shape
-  dbn, dbnd, dbk, dnw, dns, dsort, drun = default_gemv_blocks(n)
+  dbn, dbnd, dbk, dnw, dns, dsort, drun, dsplits = default_gemv_blocks(n)
   block_n, block_n_down = block_n or dbn, block_n_down or dbnd
   block_k = min(block_k or dbk, d, inter)
   num_warps, num_stages = num_warps or dnw, num_stages or dns
   sort_pairs = dsort if sort_pairs is None else sort_pairs
   rows_per_run = rows_per_run or drun
+  if pair_splits is None:                 # the default split needs runs of one pair
+    pair_splits = dsplits if rows_per_run == 1 else 1
   if not supported(x, gate_packed, down_packed, group_size, block_k):
     raise ValueError(f"routed_experts_int4_gemv: unsupported shapes x {x.shape} {x.dtype}, gate_packed "
                      f"{gate_packed.shape}, down_packed {down_packed.shape}, group {group_size}, block_k {block_k} "
@@ -307,12 +258,6 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if pair_splits < 1 or (pair_splits > 1 and rows_per_run != 1):
     raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and above 1 only with "
                      f"rows_per_run 1 (got rows_per_run {rows_per_run})")
-  if tensor_cores and (x.dtype != jnp.bfloat16 or rows_per_run > 16 or min(block_n, block_n_down) < 16):
-    raise ValueError(f"routed_experts_int4_gemv(tensor_cores=True): needs bf16 x (got {x.dtype}), rows_per_run "
-                     f"<= 16 (got {rows_per_run}) and block_n, block_n_down >= 16 (got {block_n}, {block_n_down})")
-  if x_in_kernel and not tensor_cores:
-    raise ValueError("routed_experts_int4_gemv: x_in_kernel needs tensor_cores=True (the CUDA-core tiles take "
-                     "float32 planes pre-scaled by XLA)")
   if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
     raise ValueError(f"routed_experts_int4_gemv: scales {gate_scale.shape}, {down_scale.shape} do not match "
                      f"group_size {group_size}")
@@ -332,18 +277,13 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
     order = jnp.arange(p, dtype=jnp.int32)
     count = jnp.full((1,), p, jnp.int32)
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
-  common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, tensor_cores=tensor_cores,
-                pair_splits=pair_splits)
-  if x_in_kernel:
-    xp = x                                                                # [N, D]; planes gathered in the kernel
-  else:
-    xp = activation_planes(x, prescaled=not tensor_cores).reshape(n, d)   # f32 pre-scaled, or bf16 as is
+  common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits)
+  xp = activation_planes(x).reshape(n, d)                                 # f32 planes, pre-scaled
 
   hp = pl.pallas_call(
-      functools.partial(_gate_up_kernel, block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
-                        x_in_kernel=x_in_kernel, **common),
+      functools.partial(_gate_up_kernel, block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype, **common),
       grid=(inter // block_n, pair_splits),
-      out_shape=jax.ShapeDtypeStruct((p, inter), x.dtype if tensor_cores else jnp.float32),
+      out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
   )(consts, count, order, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
 

@@ -5,14 +5,12 @@
 
 1. Roofline: element-wise read+write bandwidth (bytes read + written) and a bf16 8192^3 matmul rate.
 2. Every kernel config is checked against the XLA reference on fresh random inputs (||out-ref||/||ref||).
-3. Timing, two harnesses, both with rotating input sets that keep data out of the 60 MB L2 where sizes allow
-   and both timed with QUEUED programs enqueued per sample (host dispatch overlapped, _per_call_median):
-   - chained (`timeit`, time_s): one compiled program chains several calls (the next call's first input
-     depends on a full reduction of the previous output, so calls serialise and none is skipped); its own
-     add + reduction per call are in the figure (harness_floor). blocking_s: the same program waited for
-     after every run (the harness of rounds 2-5, host dispatch included).
-   - back-to-back (`timeit_back_to_back`, b2b_s): independent calls in one program, nothing in between, as
-     the kernel runs inside the model's round; launch_floor is one tiny kernel timed the same way.
+3. Timing (`timeit`, time_s): one compiled program chains several calls (the next call's first input depends
+   on a full reduction of the previous output, so calls serialise and none is skipped; its own add + reduction
+   per call are in the figure, harness_floor); rotating input sets keep data out of the 60 MB L2 where sizes
+   allow. Each sample enqueues QUEUED programs and waits once, so host dispatch overlaps device work as in a
+   serving loop (_per_call_median); blocking_s is the same program waited for after every run (the harness of
+   rounds 2-5, host dispatch included). Per-call time = total / calls.
 Rooflines: MLA = max(bytes/copy_bw, flops/matmul_rate), flops = 2*B*T*H*ctx*(576+512), bytes = cache
 (B*ctx*576*2) + queries + output. MoE = INT4 weights + scales of the experts hit / copy_bw (the
 compute term 6*M*D*I / matmul_rate is printed too).
@@ -100,27 +98,6 @@ def timeit(fn, arg_sets, reps=5, calls=None, with_blocking=False):
     calls = max(calls, len(arg_sets))
   queued, blocking = _per_call_median(make(calls), arg_sets, calls, reps)
   return (queued, blocking) if with_blocking else queued
-
-
-def timeit_back_to_back(fn, arg_sets, reps=5, calls=16):
-  """Median seconds per call of `calls` INDEPENDENT calls of fn in one compiled program (cycling through the
-  arg sets; each call's first input is a distinct pre-made copy, scaled by 1 + i/64, so that no two calls are
-  the same computation and none can be merged). XLA runs one program's kernels in order on one stream, so the
-  calls still run one after another, but nothing runs between them: no reduction, no add. Where timeit's chain
-  adds its own small kernels per call (harness_floor), this is the kernel's time as it runs inside a larger
-  program (the model's round), launch gaps included. All outputs are returned, so none is dead code.
-  Queued samples (_per_call_median)."""
-  firsts = [(arg_sets[i % len(arg_sets)][0].astype(jnp.float32) * (1.0 + i / 64.0)).astype(arg_sets[0][0].dtype)
-            for i in range(calls)]
-  rests = [tuple(a[1:]) for a in arg_sets]                 # each array passed once, not once per call
-  run = jax.jit(lambda fs, rs: [fn(f, *rs[i % len(rs)]) for i, f in enumerate(fs)])
-  return _per_call_median(lambda a: run(*a), (firsts, rests), calls, reps)[0]
-
-
-def launch_floor(arg_sets):
-  """timeit_back_to_back of the smallest kernel on these inputs (x + 1 on the first input): the cost of one
-  more launch in a program, for reading the few-token figures."""
-  return timeit_back_to_back(lambda x: x + 1, [a[:1] for a in arg_sets])
 
 
 def harness_floor(arg_sets):
@@ -254,32 +231,25 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False):
           fn = functools.partial(mla_attention_pallas, scale=SCALE, interpret=interp, **cfg)
           err = rel_err(jax.jit(fn)(*args), ref)
           dt, blocking = timeit(fn, sets, with_blocking=True)
-          rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking, b2b_s=timeit_back_to_back(fn, sets))
+          rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking)
           row.setdefault("configs", []).append(rec)
           if err < 2e-2 and (best is None or dt < best["time_s"]):
             best = rec
         except Exception as e:  # noqa: BLE001 - record and continue: one failing config must not stop the run
           row.setdefault("configs", []).append(dict(cfg=cfg, error=repr(e)[:400]))
       try:
-        xla = functools.partial(mla_xla_bf16, scale=SCALE)
-        row["xla_time_s"] = timeit(xla, sets[:1] if big else sets, reps=3)
-        row["xla_b2b_s"] = timeit_back_to_back(xla, sets[:1] if big else sets, reps=3, calls=4 if big else 16)
+        row["xla_time_s"] = timeit(functools.partial(mla_xla_bf16, scale=SCALE), sets[:1] if big else sets, reps=3)
       except Exception as e:  # noqa: BLE001
         row["xla_error"] = repr(e)[:300]
       if best:
-        b2b = min(c["b2b_s"] for c in row["configs"] if c.get("err", 1.0) < 2e-2)
         row.update(best=best, time_s=best["time_s"], err=best["err"], frac_roofline=roof / best["time_s"],
-                   achieved_Bps=bytes_ / best["time_s"], achieved_flops=flops / best["time_s"],
-                   b2b_s=b2b, frac_roofline_b2b=roof / b2b)
-        if "xla_b2b_s" in row:
-          row["speedup_vs_xla_b2b"] = row["xla_b2b_s"] / b2b
+                   achieved_Bps=bytes_ / best["time_s"], achieved_flops=flops / best["time_s"])
         if "xla_time_s" in row:
           row["speedup_vs_xla"] = row["xla_time_s"] / best["time_s"]
       log(f"mla B={b} T={t} H={h} ctx={s}: " + ", ".join(
-          f"{c['cfg']}: " + (f"{c['time_s'] * 1e3:.3f} ms (b2b {c['b2b_s'] * 1e3:.3f}) err {c['err']:.1e}"
+          f"{c['cfg']}: " + (f"{c['time_s'] * 1e3:.3f} ms (blocking {c['blocking_s'] * 1e3:.3f}) err {c['err']:.1e}"
                              if "time_s" in c else c["error"][:120])
-          for c in row.get("configs", [])) + f" | xla {row.get('xla_time_s', float('nan')) * 1e3:.3f} ms"
-          f" (b2b {row.get('xla_b2b_s', float('nan')) * 1e3:.3f})")
+          for c in row.get("configs", [])) + f" | xla {row.get('xla_time_s', float('nan')) * 1e3:.3f} ms")
     except Exception as e:  # noqa: BLE001
       row["error"] = repr(e)[:400]
       log(f"mla {(b, t, h, s)} failed: {e!r}"[:500])
@@ -435,7 +405,6 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
                  roofline_s=max(bytes_ / copy_bw, flops / mm))
       ref = routed_experts_int4_reference(*args, expert_offset=0)
       row["harness_floor_s"] = harness_floor(arg_sets)        # recorded to be read next to the fractions
-      row["launch_floor_s"] = launch_floor(arg_sets)
       best = None
       with_default = not (planar_only and not smoke) and (not kernels or "default" in kernels)
       for cfg in ([dict(kernel="default")] if with_default else []) + sweep.get(m, []):
@@ -448,7 +417,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
             fn = functools.partial(MOE_KERNELS[cfg.get("kernel", "grouped")], expert_offset=0, interpret=smoke, **kw)
           err = rel_err(jax.jit(fn)(*args), ref)
           dt, blocking = timeit(fn, arg_sets, with_blocking=True)
-          rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking, b2b_s=timeit_back_to_back(fn, arg_sets))
+          rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking)
           row.setdefault("configs", []).append(rec)
           if err < 2e-2 and (best is None or dt < best["time_s"]):
             best = rec
@@ -467,19 +436,17 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
        except Exception as e_:  # noqa: BLE001
         row["xla_ref_error"] = repr(e_)[:300]
       if best:
-        b2b = min(c["b2b_s"] for c in row["configs"] if c.get("err", 1.0) < 2e-2)
-        row.update(best=best, time_s=best["time_s"], err=best["err"], b2b_s=b2b,
-                   frac_mem_roofline_b2b=(bytes_ / copy_bw) / b2b,
+        row.update(best=best, time_s=best["time_s"], err=best["err"],
                    frac_mem_roofline=(bytes_ / copy_bw) / best["time_s"],
                    frac_roofline=row["roofline_s"] / best["time_s"], achieved_Bps=bytes_ / best["time_s"],
                    achieved_flops=flops / best["time_s"])
         if "ragged_bf16_s" in row:
           row["speedup_vs_ragged_bf16"] = row["ragged_bf16_s"] / best["time_s"]
       log(f"moe M={m} hit={hit}: " + ", ".join(
-          f"{c['cfg']}: " + (f"{c['time_s'] * 1e3:.3f} ms (b2b {c['b2b_s'] * 1e3:.3f}) err {c['err']:.1e}"
+          f"{c['cfg']}: " + (f"{c['time_s'] * 1e3:.3f} ms (blocking {c['blocking_s'] * 1e3:.3f}) err {c['err']:.1e}"
                              if "time_s" in c else c["error"][:160])
           for c in row.get("configs", [])) +
-          f" | harness floor {row['harness_floor_s'] * 1e3:.4f} ms, launch floor {row['launch_floor_s'] * 1e3:.4f}"
+          f" | harness floor {row['harness_floor_s'] * 1e3:.4f} ms"
           f" | ragged bf16 {row.get('ragged_bf16_s', float('nan')) * 1e3:.3f} ms"
           f" | xla ref {row.get('xla_ref_s', float('nan')) * 1e3:.3f} ms")
     except Exception as e_:  # noqa: BLE001
@@ -536,31 +503,28 @@ def table():
   rf = RESULTS["roofline"]
   lines.append(f"device: {jax.devices()[0].device_kind}; copy {rf['copy_bw_Bps'] / 1e12:.2f} TB/s; "
                f"bf16 matmul {rf['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s")
-  lines.append("chained: timeit (calls chained through a reduction); b2b: timeit_back_to_back (independent calls in "
-               "one program, best config by that measure)")
-  lines.append("| MLA B | T | H | ctx | bound | roofline ms | pallas ms | frac roofline | b2b ms | frac b2b | TB/s | TFLOP/s "
-               "| XLA bf16 ms | speedup | XLA b2b ms | speedup b2b | err | best cfg |")
-  lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+  lines.append("| MLA B | T | H | ctx | bound | roofline ms | pallas ms | frac roofline | blocking ms | TB/s | TFLOP/s "
+               "| XLA bf16 ms | speedup | err | best cfg |")
+  lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for r in RESULTS["mla"]:
     if "time_s" not in r:
       lines.append(f"| {r['B']} | {r['T']} | {r['H']} | {r['ctx']} | failed: {r.get('error', r.get('configs'))} |")
       continue
     lines.append(f"| {r['B']} | {r['T']} | {r['H']} | {r['ctx']} | {r['bound']} | {r['roofline_s'] * 1e3:.3f} | "
-                 f"{r['time_s'] * 1e3:.3f} | {r['frac_roofline']:.2f} | {r['b2b_s'] * 1e3:.3f} | "
-                 f"{r['frac_roofline_b2b']:.2f} | {r['achieved_Bps'] / 1e12:.2f} | "
+                 f"{r['time_s'] * 1e3:.3f} | {r['frac_roofline']:.2f} | {r['best']['blocking_s'] * 1e3:.3f} | "
+                 f"{r['achieved_Bps'] / 1e12:.2f} | "
                  f"{r['achieved_flops'] / 1e12:.0f} | {r.get('xla_time_s', float('nan')) * 1e3:.3f} | "
-                 f"{r.get('speedup_vs_xla', float('nan')):.1f}x | {r.get('xla_b2b_s', float('nan')) * 1e3:.3f} | "
-                 f"{r.get('speedup_vs_xla_b2b', float('nan')):.1f}x | {r['err']:.1e} | {r['best']['cfg']} |")
-  lines.append("| MoE M rows | experts hit | mem roofline ms | pallas ms | frac mem roofline | b2b ms | frac b2b "
-               "| launch floor ms | TB/s | ragged bf16 ms | speedup | XLA ref ms | err | best cfg |")
-  lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+                 f"{r.get('speedup_vs_xla', float('nan')):.1f}x | {r['err']:.1e} | {r['best']['cfg']} |")
+  lines.append("| MoE M rows | experts hit | mem roofline ms | pallas ms | frac mem roofline | blocking ms "
+               "| harness floor ms | TB/s | ragged bf16 ms | speedup | XLA ref ms | err | best cfg |")
+  lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for r in RESULTS["moe"]:
     if "time_s" not in r:
       lines.append(f"| {r['M']} | failed: {r.get('error', r.get('configs'))} |")
       continue
     lines.append(f"| {r['M']} | {r['experts_hit']} | {r['roofline_mem_s'] * 1e3:.3f} | {r['time_s'] * 1e3:.3f} | "
-                 f"{r['frac_mem_roofline']:.2f} | {r['b2b_s'] * 1e3:.3f} | {r['frac_mem_roofline_b2b']:.2f} | "
-                 f"{r['launch_floor_s'] * 1e3:.4f} | {r['achieved_Bps'] / 1e12:.2f} | "
+                 f"{r['frac_mem_roofline']:.2f} | {r['best']['blocking_s'] * 1e3:.3f} | "
+                 f"{r['harness_floor_s'] * 1e3:.4f} | {r['achieved_Bps'] / 1e12:.2f} | "
                  f"{r.get('ragged_bf16_s', float('nan')) * 1e3:.3f} | {r.get('speedup_vs_ragged_bf16', float('nan')):.1f}x | "
                  f"{r.get('xla_ref_s', float('nan')) * 1e3:.3f} | {r['err']:.1e} | {r['best']['cfg']} |")
   return "\n".join(lines)

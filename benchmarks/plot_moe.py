@@ -1,16 +1,17 @@
 """Plot the INT4 MoE over the whole token range from `benchmarks/kernels.py --only moe` JSON files.
 
-  python benchmarks/plot_moe.py --final benchmarks/results/issue6_r5_final/kernels.json \
-      --sweeps benchmarks/results/issue6_r5_call1/kernels.json,benchmarks/results/issue6_r5_call2/kernels.json \
-      --out benchmarks/results/moe_int4_h200_r5.png
+  python benchmarks/plot_moe.py --final benchmarks/results/issue6_r6/call3/moe/kernels.json,benchmarks/results/issue6_r6/call2/moe/kernels.json \
+      --sweeps benchmarks/results/issue6_r6/call2/moe/kernels.json \
+      --earlier benchmarks/results/issue6_r5_final/kernels.json --out benchmarks/results/moe_int4_h200_r6.png
 
-Left: milliseconds per call against the token count M: the dispatched kernels (`--final`, the run of
-`--moe-kernels default`), the grouped kernel on nibbles.py's float32 planes (the best `exact_bf16=False`
+Left: milliseconds per call against the token count M: the dispatched kernels (`--final`: the `default`
+config of one or more runs, the first file that has a token count wins), the grouped kernel on nibbles.py's float32 planes (the best `exact_bf16=False`
 config of the `--sweeps` runs: the same shapes before the bf16 planes), the memory roofline (INT4 weights and
 scales of the experts hit / the measured copy bandwidth) and the compute roofline (6 M D I FLOPs / the measured
 bf16 matmul rate), and the bf16 baselines of REFERENCE.md section 4 (one grouped GEMM there, x3 here for gate,
-up and down). Right: the fraction of the roofline (the larger of the two), with the issue's 0.75 target over
-1-64 tokens (memory-bound there).
+up and down); `--earlier`: a previous run of the dispatched kernels (e.g. round 5, timed with blocking samples).
+Right: the fraction of the roofline (the larger of the two), with the issue's 0.75 target over 1-64 tokens
+(memory-bound there).
 """
 from __future__ import annotations
 
@@ -34,13 +35,28 @@ def _series(rows, pick):
   return [m for m, _ in pts], [t for _, t in pts]
 
 
-def moe_figure(final_json, sweep_jsons=()):
-  """matplotlib Figure of the final (dispatched) run against the rooflines, the float32-planes configs of the
-  sweep runs and the REFERENCE baselines."""
+def _dispatched(paths):
+  """Rows of the `default` (dispatched) config from the runs in `paths`, the first run that has M winning; each
+  row's time_s / frac_roofline are the default config's (not the best of its sweep)."""
+  rows = {}
+  for path in paths:
+    for r in _rows(path):
+      t = next((c["time_s"] for c in r.get("configs", []) if c["cfg"].get("kernel") == "default" and "time_s" in c),
+               None)
+      if t is not None and r["M"] not in rows:
+        rows[r["M"]] = {**r, "time_s": t, "frac_roofline": r["roofline_s"] / t}
+  return [rows[m] for m in sorted(rows)]
+
+
+def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None):
+  """matplotlib Figure of the dispatched kernels (`final_jsons`: a path or a list of paths) against the
+  rooflines, the float32-planes configs of the sweep runs, an earlier dispatched run and the REFERENCE baselines."""
   import matplotlib.pyplot as plt
 
-  final = [r for r in _rows(final_json) if r.get("time_s")]
-  with open(final_json) as f:
+  if isinstance(final_jsons, str):
+    final_jsons = [final_jsons]
+  final = _dispatched(final_jsons)
+  with open(final_jsons[0]) as f:
     ceil = json.load(f)["roofline"]
   f32_best = {}
   for path in sweep_jsons:
@@ -52,6 +68,10 @@ def moe_figure(final_json, sweep_jsons=()):
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.4))
   m, t = _series(final, lambda r: r["time_s"] * 1e3)
   a1.plot(m, t, "tab:red", marker="o", label="Pallas INT4, dispatched (gemv <= 6 tokens, grouped bf16 planes above)")
+  if earlier_json:
+    earlier = _dispatched([earlier_json])
+    em, et = _series(earlier, lambda r: r["time_s"] * 1e3)
+    a1.plot(em, et, "tab:orange", marker=".", ls=":", label=f"earlier run ({earlier_json.split('/')[-2]})")
   if f32_best:
     fm = sorted(f32_best)
     a1.plot(fm, [f32_best[k] * 1e3 for k in fm], "tab:purple", marker="s", ls="--",
@@ -88,13 +108,14 @@ def moe_figure(final_json, sweep_jsons=()):
 
 def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--final", required=True, help="kernels.json of a `--moe-kernels default` run")
+  ap.add_argument("--final", required=True, help="comma-separated kernels.json files with `default` configs")
   ap.add_argument("--sweeps", default="", help="comma-separated kernels.json files with exact_bf16=False configs")
+  ap.add_argument("--earlier", default="", help="kernels.json of an earlier dispatched run, drawn for comparison")
   ap.add_argument("--out", required=True, help="PNG to write")
   a = ap.parse_args()
   import matplotlib
   matplotlib.use("Agg")
-  fig = moe_figure(a.final, [p for p in a.sweeps.split(",") if p])
+  fig = moe_figure([p for p in a.final.split(",") if p], [p for p in a.sweeps.split(",") if p], a.earlier or None)
   fig.savefig(a.out, dpi=110, bbox_inches="tight")
   print(f"wrote {a.out}")
 

@@ -251,21 +251,22 @@ ax.set_title("MLA: fraction of the roofline per shape (blue: memory-bound, red: 
 ax.legend(fontsize=7)
 show(fig, "kernels_mla_fraction.png")'''),
     new_markdown_cell("""\
-## INT4 MoE over the whole token range (issue 6, fifth round)
-`benchmarks/plot_moe.py` draws the run of the dispatched kernels (`benchmarks/results/issue6_r5_final/`)
-against the memory roofline (INT4 weights and scales of the experts hit / measured copy bandwidth), the
-compute roofline, the same grouped shapes on the older float32 planes, and REFERENCE.md's bf16 baselines.
-Memory-bound up to ~1K tokens; the 0.75 target applies to 1-64 tokens."""),
+## INT4 MoE over the whole token range (issue 6, sixth round)
+`benchmarks/plot_moe.py` draws the dispatched kernels (`benchmarks/results/issue6_r6/call3/` and `call2/`, timed
+with queued samples so host dispatch overlaps the device) against the memory roofline (INT4 weights and scales
+of the experts hit / measured copy bandwidth), the compute roofline, the same grouped shapes on the older
+float32 planes, the fifth round's run (blocking samples, host dispatch included) and REFERENCE.md's bf16
+baselines. Memory-bound up to ~1K tokens; the 0.75 target applies to 1-64 tokens."""),
     new_code_cell('''\
-from benchmarks.plot_moe import moe_figure
+from benchmarks.plot_moe import _dispatched, moe_figure
 
-res = os.path.join(ROOT, "benchmarks", "results")
-final = os.path.join(res, "issue6_r5_final", "kernels.json")
-fig = moe_figure(final, [os.path.join(res, f"issue6_r5_call{i}", "kernels.json") for i in (1, 2, 3)])
+res = os.path.join(ROOT, "benchmarks", "results", "issue6_r6")
+finals = [os.path.join(res, c, "moe", "kernels.json") for c in ("call3", "call2")]
+fig = moe_figure(finals, [finals[1]], os.path.join(ROOT, "benchmarks", "results", "issue6_r5_final", "kernels.json"))
 show(fig, "kernels_moe.png")
-for r in json.load(open(final))["moe"]:
+for r in _dispatched(finals):
     print(f"M={r['M']:5d}: {r['time_s'] * 1e3:.3f} ms = {r['frac_roofline']:.0%} of the roofline, "
-          f"{r['achieved_Bps'] / 1e12:.2f} TB/s of INT4 weights")'''),
+          f"{r['bytes'] / r['time_s'] / 1e12:.2f} TB/s of INT4 weights")'''),
     new_markdown_cell("""\
 ## Tree build and walk
 These move a few KB and are latency-bound; the figure of merit is the time they add to a round."""),

@@ -12,8 +12,9 @@ from custom_calls.moe_int4.repack import Int4Experts, repack
 _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 # Up to this many tokens the few-token kernels (pallas_gemv.py: column-tile programs, CUDA-core dequantisation)
 # run; above it the grouped tensor-core kernels (pallas_triton.py, bf16 planes). H200 (benchmarks/RESULTS.md,
-# issue 6 fifth round), gemv vs grouped: 1 token 0.034 vs 0.097 ms, 2: 0.061 vs 0.125, 4: 0.094 vs 0.126,
-# 8: 0.177-0.186 vs 0.148-0.155. 5-7 tokens were not measured; 6 is the linear crossing.
+# issue 6 sixth round, queued samples), gemv (pairs split `tokens` ways) vs grouped: 1 token 0.025 vs 0.084 ms,
+# 2: 0.039 vs 0.094, 4: 0.070 vs 0.103, 8: 0.124 vs 0.129 (a tie within the runs' spread, so the bound
+# stayed at 6).
 GEMV_MAX_TOKENS = 6
 
 

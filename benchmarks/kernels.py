@@ -290,18 +290,6 @@ def ragged_bf16_moe(x, ids, w, wg, wu, wd, *, e):
   return jnp.zeros((n, x.shape[1]), jnp.float32).at[tok].add(y * wt[:, None]).astype(x.dtype)
 
 
-PLANAR_SWEEP = {
-    1: [dict(planar=True, block_m=16, block_n=32, block_k=256, num_warps=4, num_stages=3)],
-    8: [dict(planar=True, block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3),
-        dict(planar=True, block_m=16, block_n=32, block_k=256, num_warps=4, num_stages=3)],
-    64: [dict(planar=True, block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3)],
-    512: [dict(planar=True, block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3),
-          dict(planar=True, block_m=32, block_n=64, block_k=256, num_warps=4, num_stages=3)],
-    4096: [dict(planar=True, block_m=64, block_n=128, block_k=128, num_warps=4, num_stages=3),
-           dict(planar=True, block_m=128, block_n=64, block_k=128, num_warps=8, num_stages=3)],
-}
-
-
 MOE_KERNELS = {"gemv": routed_experts_int4_gemv,
                "grouped": routed_experts_int4_pallas}
 
@@ -362,8 +350,7 @@ def moe_sweep(smoke):
   return rows, sweep
 
 
-def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernels=None, baselines=True,
-              max_configs=0):
+def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=True, max_configs=0):
   """rows: the M values to run (default: all of the sweep); kernels: which families of the sweep to time
   (default all; 'default' = the dispatch's defaults); baselines: time ragged_dot and the XLA reference too."""
   if smoke:
@@ -371,9 +358,6 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
   else:
     e, d, inter = 48, 7168, 2048
   ms, sweep = moe_sweep(smoke)
-  if planar_only and not smoke:
-    ms = [1, 8, 64, 512, 4096]
-    sweep = PLANAR_SWEEP
   if rows:
     ms = rows
   if kernels:
@@ -406,7 +390,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
       ref = routed_experts_int4_reference(*args, expert_offset=0)
       row["harness_floor_s"] = harness_floor(arg_sets)        # recorded to be read next to the fractions
       best = None
-      with_default = not (planar_only and not smoke) and (not kernels or "default" in kernels)
+      with_default = not kernels or "default" in kernels
       for cfg in ([dict(kernel="default")] if with_default else []) + sweep.get(m, []):
         try:
           kw = {k: v for k, v in cfg.items() if k != "kernel"}
@@ -423,18 +407,17 @@ def bench_moe(copy_bw, mm, smoke, budget_s, planar_only=False, rows=None, kernel
             best = rec
         except Exception as e_:  # noqa: BLE001
           row.setdefault("configs", []).append(dict(cfg=cfg, error=repr(e_)[:400]))
-      if planar_only or not baselines:
-        pass
-      else:
-       try:
-        row["ragged_bf16_s"] = timeit(functools.partial(ragged_bf16_moe, e=e), [sub[:3] + (wg, wu, wd)], reps=3)
-        row["ragged_bf16_err"] = rel_err(jax.jit(functools.partial(ragged_bf16_moe, e=e))(*sub[:3], wg, wu, wd), ref)
-       except Exception as e_:  # noqa: BLE001
-        row["ragged_error"] = repr(e_)[:300]
-       try:
-        row["xla_ref_s"] = timeit(functools.partial(routed_experts_int4_reference, expert_offset=0), [args], reps=3)
-       except Exception as e_:  # noqa: BLE001
-        row["xla_ref_error"] = repr(e_)[:300]
+      if baselines:
+        try:
+          row["ragged_bf16_s"] = timeit(functools.partial(ragged_bf16_moe, e=e), [sub[:3] + (wg, wu, wd)], reps=3)
+          row["ragged_bf16_err"] = rel_err(jax.jit(functools.partial(ragged_bf16_moe, e=e))(*sub[:3], wg, wu, wd),
+                                           ref)
+        except Exception as e_:  # noqa: BLE001
+          row["ragged_error"] = repr(e_)[:300]
+        try:
+          row["xla_ref_s"] = timeit(functools.partial(routed_experts_int4_reference, expert_offset=0), [args], reps=3)
+        except Exception as e_:  # noqa: BLE001
+          row["xla_ref_error"] = repr(e_)[:300]
       if best:
         row.update(best=best, time_s=best["time_s"], err=best["err"],
                    frac_mem_roofline=(bytes_ / copy_bw) / best["time_s"],
@@ -534,7 +517,6 @@ def main():
   ap = argparse.ArgumentParser()
   ap.add_argument("--smoke", action="store_true", help="tiny shapes, Pallas interpreter (CPU dry run)")
   ap.add_argument("--only", choices=["mla", "moe", "moe_parts", "all"], default="all")
-  ap.add_argument("--moe-planar-only", action="store_true", help="MoE: only the planar-dequant configs, no baselines")
   ap.add_argument("--moe-rows", default="", help="MoE: comma-separated token counts (default: the whole sweep)")
   ap.add_argument("--moe-kernels", default="", help="MoE: kernel families to time, e.g. gemv,default")
   ap.add_argument("--mla-shapes", default="", help="MLA: 'B,T,H,ctx;...' instead of the full grid")
@@ -549,7 +531,7 @@ def main():
   if a.only in ("moe_parts", "all"):
     bench_moe_parts(a.smoke)
   if a.only in ("moe", "all"):
-    bench_moe(copy_bw, mm, a.smoke, a.budget if a.only == "moe" else a.budget * 0.42, a.moe_planar_only,
+    bench_moe(copy_bw, mm, a.smoke, a.budget if a.only == "moe" else a.budget * 0.42,
               rows=[int(v) for v in a.moe_rows.split(",") if v], kernels=[v for v in a.moe_kernels.split(",") if v],
               baselines=not a.no_baselines, max_configs=a.moe_max_configs)
   if a.only in ("mla", "all"):

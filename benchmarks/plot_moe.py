@@ -1,15 +1,17 @@
 """Plot the INT4 MoE over the whole token range from `benchmarks/kernels.py --only moe` JSON files.
 
-  python benchmarks/plot_moe.py --final benchmarks/results/issue6_r6/call3/moe/kernels.json,benchmarks/results/issue6_r6/call2/moe/kernels.json \
-      --sweeps benchmarks/results/issue6_r6/call2/moe/kernels.json \
-      --earlier benchmarks/results/issue6_r5_final/kernels.json --out benchmarks/results/moe_int4_h200_r6.png
+  R=benchmarks/results/issue6_r6
+  python benchmarks/plot_moe.py --final $R/call3/moe/kernels.json,$R/call2/moe/kernels.json \
+      --sweeps $R/call2/moe/kernels.json --earlier benchmarks/results/issue6_r5_final/kernels.json \
+      --out benchmarks/results/moe_int4_h200_r6.png
 
 Left: milliseconds per call against the token count M: the dispatched kernels (`--final`: the `default`
-config of one or more runs, the first file that has a token count wins), the grouped kernel on nibbles.py's float32 planes (the best `exact_bf16=False`
-config of the `--sweeps` runs: the same shapes before the bf16 planes), the memory roofline (INT4 weights and
-scales of the experts hit / the measured copy bandwidth) and the compute roofline (6 M D I FLOPs / the measured
-bf16 matmul rate), and the bf16 baselines of REFERENCE.md section 4 (one grouped GEMM there, x3 here for gate,
-up and down); `--earlier`: a previous run of the dispatched kernels (e.g. round 5, timed with blocking samples).
+config of one or more runs, the first file that has a token count wins), the grouped kernel on nibbles.py's
+float32 planes (the best `exact_bf16=False` config of the `--sweeps` runs: the same shapes before the bf16
+planes), the memory roofline (INT4 weights and scales of the experts hit / the measured copy bandwidth) and the
+compute roofline (6 M D I FLOPs / the measured bf16 matmul rate), and the bf16 baselines of REFERENCE.md
+section 4 (one grouped GEMM there, x3 here for gate, up and down); `--earlier`: a previous run of the dispatched
+kernels (e.g. round 5, timed with blocking samples).
 Right: the fraction of the roofline (the larger of the two), with the issue's 0.75 target over 1-64 tokens
 (memory-bound there).
 """

@@ -19,14 +19,14 @@ per SM on an H200). In token order this path has no routing sort and no atomics:
   writes out[token, tile] once: every output element is written exactly once, no zero-fill.
 - `pair_splits` S > 1: a second grid axis splits the pairs (gate/up: the local pairs, compacted first) and
   the tokens (down) S ways, so that S programs share a column tile's pairs instead of one walking them all.
-  The default at 2-8 tokens (S = tokens): on the H200 0.082 ms against 0.100 unsplit at 4 tokens.
+  The default at 2-8 tokens (S = tokens): on the H200 0.070 ms against 0.085 unsplit at 4 tokens.
 - Optionally (`sort_pairs`) both kernels visit the local pairs sorted by expert (one XLA argsort), and runs
   of up to `rows_per_run` pairs of one expert share one dequantised tile; the down kernel then adds into a
   zeroed fp32 output with atomics. On the H200 this lost to the grouped tensor-core kernels from 64
   tokens on, so the dispatch uses token order (up to GEMV_MAX_TOKENS) only.
 
-Numerics: weights are exact ((nib - 8) * scale in fp32), products and sums fp32; h is rounded to the activation dtype before the down
-projection, as in the reference.
+Numerics: weights are exact ((nib - 8) * scale in fp32), products and sums fp32; h is rounded to the activation
+dtype before the down projection, as in the reference.
 """
 from __future__ import annotations
 
@@ -157,8 +157,8 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
       e = ids_ref[p] - consts_ref[0]
 
       def add_pair():
-        ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1], block_n=block_n,
-                       block_k=block_k, group_size=group_size)                            # [BN]
+        ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1],
+                             block_n=block_n, block_k=block_k, group_size=group_size)    # [BN]
         return acc + wts_ref[p] * y
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
@@ -186,7 +186,7 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
     @pl.when(in_run[0])
     def _():
       (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
-                       block_n=block_n, block_k=block_k, group_size=group_size)          # R x [BN]
+                             block_n=block_n, block_k=block_k, group_size=group_size)    # R x [BN]
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
       for p, ok, y in zip(pairs, in_run, y_rows):
@@ -202,9 +202,9 @@ def default_gemv_blocks(num_tokens):
   Above GEMV_MAX_TOKENS the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms,
   grouped 0.61)."""
   if num_tokens <= 8:
-    # H200, sixth round (chained harness): 8 warps with the pairs split num_tokens ways, against 8 warps
-    # unsplit: 2 tokens 0.055 vs 0.064 ms, 4 tokens 0.082 vs 0.100, 8 tokens 0.150 vs 0.182
-    # (1 token: 8 warps 0.033 ms, 4 warps 0.041, block_n 8 0.055, fifth round).
+    # H200, sixth round (queued samples): 8 warps with the pairs split num_tokens ways, against 8 warps
+    # unsplit: 2 tokens 0.039 vs 0.043 ms, 4 tokens 0.070 vs 0.085, 8 tokens 0.124 vs 0.157
+    # (1 token, fifth round: 8 warps 0.033 ms, 4 warps 0.041, block_n 8 0.055).
     return 4, 8, 1024, 8, 2, False, 1, num_tokens
   return 4, 8, 1024, 4, 2, True, 2, 1
 

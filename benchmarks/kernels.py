@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from custom_calls.mla_attention.mosaic_gpu import mla_attention_mosaic
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 from custom_calls.moe_int4 import routed_experts_int4
@@ -178,8 +179,9 @@ def mla_xla_bf16(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale):
   return jnp.einsum("bths,bsr->bthr", p.astype(ckv.dtype), ckv, preferred_element_type=f32).astype(q_lat.dtype)
 
 
-def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False):
-  """only_shapes: [(B, T, H, ctx)] to run instead of the full grid; no_sweep: default configs only."""
+def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mosaic_only=False):
+  """only_shapes: [(B, T, H, ctx)] to run instead of the full grid; no_sweep: default configs only;
+  mosaic_only: the default config and the Mosaic GPU kernel only."""
   if smoke:
     shapes = [(1, 1, 8, 256), (1, 5, 8, 256), (2, 3, 4, 128)]
     sweep = {(1, 1, 8, 256): [dict(block_k=32, num_splits=4)]}
@@ -203,10 +205,16 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False):
         (1, 64, 8, 32768): [dict(block_m=64, block_k=32, num_warps=4), dict(num_splits=8), dict(num_splits=16)],
         (1, 257, 8, 32768): [dict(num_splits=2), dict(block_k=32, num_warps=4)],
     }
+    # the experimental Mosaic GPU (wgmma, two warpgroups) kernel, mosaic_gpu.py, on the compute-bound shapes
+    for shape in [(1, 257, 8, 32768), (1, 257, 64, 32768), (1, 64, 8, 32768), (8, 16, 64, 4096),
+                  (1, 64, 64, 131072), (1, 1, 64, 131072)]:
+      sweep[shape] = [dict(kernel="mosaic")] + sweep.get(shape, [])
   if only_shapes:
     shapes = only_shapes
   if no_sweep:
     sweep = {}
+  if mosaic_only:
+    sweep = {k: [c for c in v if c.get("kernel") == "mosaic"] for k, v in sweep.items()}
   interp = smoke
   for (b, t, h, s) in shapes:
     if time.time() - T0 > budget_s:
@@ -228,7 +236,11 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False):
       best = None
       for cfg in configs:
         try:
-          fn = functools.partial(mla_attention_pallas, scale=SCALE, interpret=interp, **cfg)
+          if cfg.get("kernel") == "mosaic":
+            fn = functools.partial(mla_attention_mosaic, scale=SCALE,
+                                   **{k: v for k, v in cfg.items() if k != "kernel"})
+          else:
+            fn = functools.partial(mla_attention_pallas, scale=SCALE, interpret=interp, **cfg)
           err = rel_err(jax.jit(fn)(*args), ref)
           dt, blocking = timeit(fn, sets, with_blocking=True)
           rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking)
@@ -521,6 +533,8 @@ def main():
   ap.add_argument("--moe-kernels", default="", help="MoE: kernel families to time, e.g. gemv,default")
   ap.add_argument("--mla-shapes", default="", help="MLA: 'B,T,H,ctx;...' instead of the full grid")
   ap.add_argument("--mla-no-sweep", action="store_true", help="MLA: default configs only")
+  ap.add_argument("--mla-mosaic", action="store_true",
+                  help="MLA: the default config and the experimental Mosaic GPU kernel (mosaic_gpu.py) only")
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")
@@ -537,7 +551,7 @@ def main():
   if a.only in ("mla", "all"):
     bench_mla(copy_bw, mm, a.smoke, a.budget,
               only_shapes=[tuple(map(int, v.split(","))) for v in a.mla_shapes.split(";") if v],
-              no_sweep=a.mla_no_sweep)
+              no_sweep=a.mla_no_sweep, mosaic_only=a.mla_mosaic)
   t = table()
   with open(os.path.join(OUT, "kernels_table.md"), "w") as f:
     f.write(t + "\n")

@@ -1,4 +1,9 @@
-"""MLA tree attention: dispatch between the XLA reference and GPU kernels."""
+"""MLA tree attention: dispatch between the XLA reference and GPU kernels.
+
+Kernels: pallas_triton.py (dispatched on GPUs); mosaic_gpu.py (EXPERIMENTAL, not dispatched: a Hopper wgmma
+kernel with two warpgroups for the compute-bound trees, checked on the CPU in Mosaic GPU interpret mode and by
+lowering, not yet compiled or timed on a GPU).
+"""
 import jax
 
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask

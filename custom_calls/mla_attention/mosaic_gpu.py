@@ -1,0 +1,422 @@
+"""EXPERIMENTAL: absorbed-MLA tree attention as a Pallas Mosaic GPU kernel (Hopper, "seesaw" layout).
+
+Status: EXPERIMENTAL and NOT dispatched (custom_calls.mla_attention never selects it). It has NOT yet been
+compiled or timed on a GPU: it is checked only by lowering for CUDA on a CPU machine (abstract H200 device)
+and by running under Mosaic GPU interpret mode on the CPU. Same contract as
+reference.mla_attention_reference; the split-K + log-sum-exp combine mirrors pallas_triton.py.
+
+Design (FlashMLA-style seesaw). One CTA = one sequence b, one tile of BM = 64 query rows (row m = t*H + h,
+rows padded to a multiple of 64 with zeros) and one key split j. Two compute warpgroups (WG0, WG1) share the
+CTA; the 64x512 fp32 output accumulator is split between them by columns: WG w owns o[:, 256w:256(w+1)]
+(64x256 fp32 = 128 registers a thread). Keys are processed in pairs of BN = 64 key blocks: WG0 computes the
+scores of the even block (kv slot 0), WG1 those of the odd block (kv slot 1), and both multiply both P tiles
+into their own half of the output:
+
+  WG0: S0 = Q K0^T; m0 = max(m, rowmax S0); P0 = exp2(S0 - m0)    -> smem (m0, rescale sc0) ; arrive s0
+       O0 = O0*sc0 + P0 V0[:, :256]                                  (P0 from registers)
+       wait s1 (m1, sc1 from WG1); P0*sc1 -> smem ; arrive p0
+       O0 = (O0*sc1) + P1 V1[:, :256]                                (P1 from smem)
+  WG1: S1 = Q K1^T; wait s0; m1 = max(m0, rowmax S1); P1 = exp2(S1 - m1) -> smem, (sc1, m1) -> smem; arrive s1
+       O1 = O1*(sc0*sc1) + P1 V1[:, 256:]                            (P1 from registers); arrive v1
+       wait p0; O1 = O1 + (P0*sc1) V0[:, 256:]                       (P0 from smem)
+The row sums l are kept per warpgroup (each rescaled like its own O half) and added at the end. Scores are
+in log2 units (scale * log2(e) folded in) and exp2 is used; the running max starts at a finite -1e30 so
+that fully masked rows never compute inf - inf. After its last use of a slot, a warpgroup refills it with
+the next pair's block: WG1 refills slot 0 after its P0 V0 product; WG0 refills slot 1 after its P1 V1 product
+and after WG1 said (barrier v1) it is done with slot 1. Every TMA copy of a block (two 64x256 halves of ckv,
+the 64x64 kpe tile and the 2x64 int32 mask words) arrives on that slot's barrier (4 arrivals).
+
+Visibility (as reference.py): key s is visible to query t iff s < cache_len[b], or 0 <= s - cache_len[b] < T
+and block_mask[b, t, s - cache_len[b]]; keys past cache_len[b] + T never are. The visible range is covered by
+pairs [0, p_end), p_end = cdiv(min(cache_len + T, S), 128); pairs before p_mid = cache_len // 128 lie in the
+committed context and run without a mask (first loop), pairs [p_mid, p_end) gather the mask (second loop;
+keys of the last pair past cache_len + T are masked out). The mask of the masked pairs is precomputed in XLA
+as bits: for key block k of the tail (key base = 128 * (cache_len // 128)) and row m, two int32 words hold the
+visibility of the block's keys 0..31 and 32..63 (`mask_words`: [B, 1 + NTB, 2, Mpad], tile 0 is all-ones
+and serves the committed blocks, whose mask words are loaded but not used). In the kernel each warpgroup
+loads its row's two words in the row layout, broadcasts them and extracts bit (col & 31) of the word chosen
+by col < 32. Split-K: the pairs [0, p_end) are cut into num_splits contiguous parts on the device (from the
+dynamic length); each CTA writes its normalised fp32 partial output and its natural log-sum-exp (-inf for an
+empty split or a fully masked row, whose partial output is 0); XLA combines the splits.
+
+Shapes (B batch, T query tokens, H heads, S cache slots, M = T*H rows, Mpad = 64*cdiv(M, 64), NS splits):
+  q_lat [B,T,H,512] -> [B,Mpad,512]   q_pe [B,T,H,64] -> [B,Mpad,64]   ckv [B,S,512]   kpe [B,S,64]
+  cache_len [B] i32   mask_words [B,1+NTB,2,Mpad] i32
+  outputs: o_part [B,NS,Mpad,512] f32, lse [B,NS,Mpad] f32 -> combined o [B,T,H,512] in q_lat.dtype (bf16).
+
+Shared memory (GPU path, bytes): Q latent 2x64x256 bf16 = 65536; kv slots 2 x (2x64x256) bf16 = 131072 plus
+kpe 2x64x64 bf16 = 16384, the same 147456 bytes reused at the end for the fp32 output staging (2x64x256 f32 =
+131072, a RefUnion); q_pe 64x64 bf16 = 8192, reused for P1 once both warpgroups hold q_pe in registers (a
+RefUnion); P0 64x64 bf16 = 8192; mask words 2x2x64 i32 = 1024; row vectors 4x64 f32 = 1024; 9 mbarriers = 72.
+Total 231496 bytes (as reported by Mosaic GPU when lowering), against the 232448-byte (227 KiB) opt-in limit
+of sm_90: 952 bytes spare, so it only fits with CompilerParams(reduction_scratch_bytes=0) (the default
+reserves 2048 bytes of reduction scratch and overflows; the kernel's row reductions are warp-local and need
+none). There is no room for a deeper kv pipeline.
+
+Interpret mode (interpret=True, CPU) runs the same kernel body with the differences interpret mode requires:
+its wgmma accepts only shared-memory LHS operands, so the register operands (q_pe and the P tile of each
+warpgroup) are staged through extra shared-memory buffers (q_pe stays in its own buffer, with no union with
+P1), and `pl.run_state(ACC.init(o))` is not supported, so each P V product goes into a fresh accumulator
+and is added to o in registers. Interpret mode does NOT exercise: register-operand wgmma and in-place
+accumulation, the shared-memory budget and the RefUnion aliasing of the GPU path, the real layouts /
+swizzles / TMA descriptors, approximate math (approx_math=True: exp2/divide differ slightly on a GPU),
+warpgroup register reallocation, or any performance aspect. Its race detector (detect_races=True, always on
+here) catches races on plain shared-memory loads/stores between the warpgroups (dropping the s1 barrier is
+flagged), but it did NOT flag a deliberately removed v1 barrier (WG0's TMA refill of kv slot 1 overwriting
+data that WG1's wgmma may still read): wgmma operand reads versus TMA writes are apparently not tracked, so the slot
+reuse protocol above is verified by reasoning only.
+
+Private JAX APIs: none in this module (interpret mode goes through plgpu.kernel(interpret=InterpretGPUParams)
+and a CPU run traces under jax.sharding.use_abstract_mesh with an AbstractDevice, as the CUDA lowering test
+does). The Mosaic GPU Pallas API itself (plgpu.kernel, RefUnion, wgmma, Layout.WGMMA, run_state on ACC) is
+experimental and changes between JAX versions; written against jax 0.11.2. The tests read the interpret-mode
+race detector through the private jax._src.pallas.mosaic_gpu.interpret.gpu_callbacks.get_races().
+
+Public function: `mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, ...)`.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+BM = 64          # query rows per CTA
+BN = 64          # keys per block (two blocks, one per warpgroup, per pair)
+PAIR = 2 * BN
+R = 512          # kv_lora_rank
+P = 64           # qk_rope_head_dim
+HALF = R // 2    # output columns per warpgroup
+_NEG_INIT = -1e30
+_LOG2E = math.log2(math.e)
+_LN2 = math.log(2.0)
+_NUM_SMS = 132
+
+_TILE_BF16 = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
+_TILE_F32 = (plgpu.TilingTransform((8, 32)), plgpu.SwizzleTransform(128))
+
+
+def default_num_splits(batch, num_rows, num_keys, num_sms=_NUM_SMS):
+  """Enough CTAs to cover the chip once, but at least 2 key-block pairs per split."""
+  programs = batch * pl.cdiv(num_rows, BM)
+  want = pl.cdiv(num_sms, programs) if programs < num_sms else 1
+  max_splits = max(1, (num_keys // PAIR) // 2)
+  return int(max(1, min(want, max_splits)))
+
+
+def _mask_words(cache_len, block_mask, num_heads, num_rows_pad, num_keys):
+  """Packed visibility of the tail key blocks -> [B, 1 + NTB, 2, Mpad] int32 (tile 0: all visible)."""
+  bsz, t, _ = block_mask.shape
+  ntp = pl.cdiv(PAIR - 1 + t, PAIR)                                # most masked pairs of one sequence
+  kt = ntp * PAIR                                                  # tail keys covered
+  base = (cache_len // PAIR) * PAIR                                # [B] first key of the first masked pair
+  keys = base[:, None, None] + jnp.arange(kt, dtype=jnp.int32)[None, None, :]   # [B, 1, KT]
+  start = cache_len[:, None, None]
+  rel = keys - start
+  in_block = (rel >= 0) & (rel < t)
+  rel_c = jnp.broadcast_to(jnp.clip(rel, 0, t - 1), (bsz, t, kt))
+  tree = jnp.take_along_axis(block_mask, rel_c, axis=2)            # [B, T, KT]
+  vis = ((keys < start) | (in_block & tree)) & (keys < num_keys)   # [B, T, KT]
+  rows = jnp.arange(num_rows_pad)
+  row_t = jnp.minimum(rows // num_heads, t - 1)
+  vis = vis[:, row_t, :] & (rows < t * num_heads)[None, :, None]  # [B, Mpad, KT]; padding rows: nothing
+  bits = vis.reshape(bsz, num_rows_pad, 2 * ntp, 2, 32).astype(jnp.uint32)
+  words = jnp.sum(bits << jnp.arange(32, dtype=jnp.uint32), axis=-1, dtype=jnp.uint32)  # [B, Mpad, NTB, 2]
+  words = lax.bitcast_convert_type(words, jnp.int32).transpose(0, 2, 3, 1)            # [B, NTB, 2, Mpad]
+  ones = jnp.full((bsz, 1, 2, num_rows_pad), -1, jnp.int32)
+  return jnp.concatenate([ones, words], axis=1)
+
+
+def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtype, interp):
+  c = float(scale) * _LOG2E
+  L = plgpu.Layout.WGMMA
+  ROW = plgpu.Layout.WGMMA.reduce(1)
+  num_row_tiles = num_rows_pad // BM
+
+  def body(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mw_ref, o_ref, lse_ref,
+           q_s, qpe_p1, p0_s, kv_o, mw_s, vec_s, stage_s,
+           q_bar, qpe_bar, k_bar, s0_bar, s1_bar, p0_bar, v1_bar, sync_bar):
+    # q_s [2,BM,256] bf16; qpe_p1 = ((qpe_s [BM,P],), (p1_s [BM,BN],)); p0_s [BM,BN] bf16;
+    # kv_o = ((kv_s [2 slot,2 half,BN,256] bf16, kpe_s [2 slot,BN,P] bf16), (o_s [2,BM,256] f32,));
+    # mw_s [2 slot,2,BM] i32; vec_s [4,BM] f32 (m0, sc0, sc1, m1; at the end l0, l1, lse);
+    # stage_s [2,BM,BN] bf16 (interpret mode only, else None).
+    (qpe_s,), (p1_s,) = qpe_p1
+    (kv_s, kpe_s), (o_s,) = kv_o
+    mt = lax.axis_index("m")
+    j = lax.axis_index("j")
+    b = lax.axis_index("b")
+    w = lax.axis_index("wg")
+    rows = pl.ds(mt * BM, BM)
+
+    cache_len = cl_ref[b]
+    kv_end = jnp.minimum(cache_len + num_q, num_keys)
+    p_end = (kv_end + PAIR - 1) // PAIR
+    per_split = (p_end + num_splits - 1) // num_splits
+    p_lo = jnp.minimum(j * per_split, p_end)
+    p_hi = jnp.minimum(p_lo + per_split, p_end)
+    tail_pair = cache_len // PAIR
+    p_mid = jnp.clip(tail_pair, p_lo, p_hi)
+
+    def load_block(blk, slot):
+      k0 = blk * BN
+      for h in range(2):
+        plgpu.copy_gmem_to_smem(ckv_ref.at[b, pl.ds(k0, BN), pl.ds(h * HALF, HALF)], kv_s.at[slot, h],
+                                k_bar.at[slot])
+      plgpu.copy_gmem_to_smem(kpe_ref.at[b, pl.ds(k0, BN)], kpe_s.at[slot], k_bar.at[slot])
+      tile = jnp.maximum(blk - 2 * tail_pair + 1, 0)
+      plgpu.copy_gmem_to_smem(mw_ref.at[b, tile, :, rows], mw_s.at[slot], k_bar.at[slot])
+
+    @pl.when(w == 0)
+    def _prologue():
+      for h in range(2):
+        plgpu.copy_gmem_to_smem(q_ref.at[b, rows, pl.ds(h * HALF, HALF)], q_s.at[h], q_bar)
+      plgpu.copy_gmem_to_smem(qpe_ref.at[b, rows], qpe_s, qpe_bar)
+
+      @pl.when(p_lo < p_hi)
+      def _():
+        load_block(2 * p_lo, 0)
+        load_block(2 * p_lo + 1, 1)
+
+    plgpu.barrier_wait(q_bar)
+    plgpu.barrier_wait(qpe_bar)
+    qpe = qpe_s if interp else plgpu.load(qpe_s, layout=L)    # [BM, P]; GPU: kept in registers
+
+    def sync():
+      plgpu.barrier_arrive(sync_bar)
+      plgpu.barrier_wait(sync_bar)
+
+    sync()   # GPU: both warpgroups hold q_pe in registers before P1 reuses its buffer
+
+    def lhs(p, which):
+      """A P tile as a wgmma LHS: registers on the GPU, staged through smem in interpret mode."""
+      if not interp:
+        return p
+      stage_s[which] = p
+      plgpu.commit_smem()
+      return stage_s.at[which]
+
+    def qk(slot, masked):
+      def f(acc):
+        for h in range(2):
+          plgpu.wgmma(acc, q_s.at[h], kv_s.at[slot, h].transpose((1, 0)))
+        plgpu.wgmma(acc, qpe, kpe_s.at[slot].transpose((1, 0)))
+        return acc[...]
+      s = pl.run_scoped(f, plgpu.ACC((BM, BN), jnp.float32)) * c   # [BM, BN] log2 units
+      if masked:
+        lo = lax.broadcast_in_dim(plgpu.load(mw_s.at[slot, 0], layout=ROW), (BM, BN), [0])
+        hi = lax.broadcast_in_dim(plgpu.load(mw_s.at[slot, 1], layout=ROW), (BM, BN), [0])
+        col = plgpu.layout_cast(lax.broadcasted_iota(jnp.int32, (BM, BN), 1), L)
+        word = jnp.where(col < 32, lo, hi)
+        bit = lax.shift_right_logical(word, col & 31) & 1
+        s = jnp.where(bit != 0, s, -jnp.inf)
+      return s
+
+    def pv(o, p, slot, half):
+      """o [BM,256] f32 += p [BM,BN] (regs or smem) @ V[slot][:, 256*half : 256*(half+1)]."""
+      v = kv_s.at[slot, half]
+      if interp:
+        def g(acc):
+          plgpu.wgmma(acc, p, v)
+          return acc[...]
+        return o + pl.run_scoped(g, plgpu.ACC((BM, HALF), jnp.float32))
+
+      def f(acc):
+        plgpu.wgmma(acc, p, kv_s.at[slot, half])
+      return pl.run_state(f)(plgpu.ACC.init(o))
+
+    bc = lambda x: lax.broadcast_in_dim(x, (BM, HALF), [0])
+    bs = lambda x: lax.broadcast_in_dim(x, (BM, BN), [0])
+
+    def step_wg0(i, carry, masked):
+      o, m, l = carry
+      plgpu.barrier_wait(k_bar.at[0])
+      s = qk(0, masked)
+      m_new = jnp.maximum(m, s.max(axis=1))
+      sc0 = jnp.exp2(m - m_new)
+      p = jnp.exp2(s - bs(m_new))
+      vec_s[0] = m_new
+      vec_s[1] = sc0
+      plgpu.barrier_arrive(s0_bar)
+      o = pv(o * bc(sc0), lhs(p.astype(dtype), 0), 0, 0)
+      l = l * sc0 + p.sum(axis=1)
+      plgpu.barrier_wait(s1_bar)
+      sc1 = vec_s[2]
+      m1 = vec_s[3]
+      p0_s[...] = (p * bs(sc1)).astype(dtype)
+      plgpu.commit_smem()
+      plgpu.barrier_arrive(p0_bar)
+      o = pv(o * bc(sc1), p1_s, 1, 0)
+      l = l * sc1
+      plgpu.barrier_wait(v1_bar)                                   # WG1 is done with slot 1 too
+
+      @pl.when(i + 1 < p_hi)
+      def _():
+        load_block(2 * i + 3, 1)
+      return o, m1, l
+
+    def step_wg1(i, carry, masked):
+      o, _, l = carry
+      plgpu.barrier_wait(k_bar.at[1])
+      s = qk(1, masked)
+      plgpu.barrier_wait(s0_bar)
+      m0 = vec_s[0]
+      sc0 = vec_s[1]
+      m_new = jnp.maximum(m0, s.max(axis=1))
+      sc1 = jnp.exp2(m0 - m_new)
+      p = jnp.exp2(s - bs(m_new))
+      pb = p.astype(dtype)
+      p1_s[...] = pb
+      vec_s[2] = sc1
+      vec_s[3] = m_new
+      plgpu.commit_smem()
+      plgpu.barrier_arrive(s1_bar)
+      scale01 = sc0 * sc1
+      o = pv(o * bc(scale01), p1_s if interp else pb, 1, 1)
+      l = l * scale01 + p.sum(axis=1)
+      plgpu.barrier_arrive(v1_bar)
+      plgpu.barrier_wait(p0_bar)
+      o = pv(o, p0_s, 0, 1)
+
+      @pl.when(i + 1 < p_hi)
+      def _():
+        load_block(2 * i + 2, 0)
+      return o, m_new, l
+
+    def run(step, wg):
+      o = plgpu.layout_cast(jnp.zeros((BM, HALF), jnp.float32), L)
+      m = plgpu.layout_cast(jnp.full((BM,), _NEG_INIT, jnp.float32), ROW)
+      l = plgpu.layout_cast(jnp.zeros((BM,), jnp.float32), ROW)
+      carry = lax.fori_loop(p_lo, p_mid, functools.partial(step, masked=False), (o, m, l))
+      o, m, l = lax.fori_loop(p_mid, p_hi, functools.partial(step, masked=True), carry)
+
+      sync()                                   # both warpgroups are done with every kv slot and P tile
+      vec_s[wg] = l                             # rows 0..3 (m0, sc0, sc1, m1) are free again
+      sync()
+      l_tot = vec_s[0] + vec_s[1]
+      ok = l_tot > 0
+      l_safe = jnp.where(ok, l_tot, 1.0)
+      o_s[wg] = o / bc(l_safe)
+      plgpu.commit_smem()
+      plgpu.copy_smem_to_gmem(o_s.at[wg], o_ref.at[b, j, rows, pl.ds(wg * HALF, HALF)])
+      if wg == 0:
+        vec_s[2] = jnp.where(ok, m * _LN2 + jnp.log(l_safe), -jnp.inf)
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(vec_s.at[2], lse_ref.at[b, j, rows])
+      plgpu.wait_smem_to_gmem(0)
+
+    pl.when(w == 0)(lambda: run(step_wg0, 0))
+    pl.when(w == 1)(lambda: run(step_wg1, 1))
+
+  def scratch():
+    q_s = plgpu.SMEM((2, BM, HALF), dtype, transforms=_TILE_BF16)
+    qpe = [plgpu.SMEM((BM, P), dtype, transforms=_TILE_BF16)]
+    p1 = [plgpu.SMEM((BM, BN), dtype, transforms=_TILE_BF16)]
+    p0 = plgpu.SMEM((BM, BN), dtype, transforms=_TILE_BF16)
+    kv = [plgpu.SMEM((2, 2, BN, HALF), dtype, transforms=_TILE_BF16),
+          plgpu.SMEM((2, BN, P), dtype, transforms=_TILE_BF16)]
+    o_stage = [plgpu.SMEM((2, BM, HALF), jnp.float32, transforms=_TILE_F32)]
+    mw = plgpu.SMEM((2, 2, BM), jnp.int32)
+    vec = plgpu.SMEM((4, BM), jnp.float32)
+    if interp:   # no aliasing (q_pe stays an smem operand); extra staging for the register operands
+      qpe_p1, kv_o, stage = (qpe, p1), (kv, o_stage), plgpu.SMEM((2, BM, BN), dtype, transforms=_TILE_BF16)
+    else:
+      qpe_p1, kv_o, stage = plgpu.RefUnion(qpe, p1), plgpu.RefUnion(kv, o_stage), None
+    barriers = (
+        plgpu.Barrier(num_arrivals=2),                   # q_bar: two Q halves
+        plgpu.Barrier(num_arrivals=1),                   # qpe_bar
+        plgpu.Barrier(num_arrivals=4, num_barriers=2),   # k_bar per slot: ckv halves, kpe, mask words
+        plgpu.Barrier(num_arrivals=1),                   # s0: WG0's (m0, sc0) ready
+        plgpu.Barrier(num_arrivals=1),                   # s1: WG1's (sc1, m1) and P1 ready
+        plgpu.Barrier(num_arrivals=1),                   # p0: WG0's rescaled P0 ready
+        plgpu.Barrier(num_arrivals=1),                   # v1: WG1 done reading kv slot 1
+        plgpu.Barrier(num_arrivals=2),                   # sync of both warpgroups
+    )
+    return (q_s, qpe_p1, p0, kv_o, mw, vec, stage, *barriers)
+
+  def entry(*refs):
+    pl.run_scoped(lambda *scr: body(*refs, *scr), *scratch(), collective_axes="wg")
+
+  return plgpu.kernel(
+      entry,
+      out_type=(jax.ShapeDtypeStruct((bsz, num_splits, num_rows_pad, R), jnp.float32),
+                jax.ShapeDtypeStruct((bsz, num_splits, num_rows_pad), jnp.float32)),
+      grid=(num_row_tiles, num_splits, bsz), grid_names=("m", "j", "b"),
+      num_threads=2, thread_name="wg",
+      compiler_params=plgpu.CompilerParams(approx_math=True, reduction_scratch_bytes=0),
+      interpret=plgpu.InterpretGPUParams(detect_races=True) if interp else None,
+  )
+
+
+def _check(q_lat, q_pe, ckv, kpe, cache_len, block_mask):
+  for name, x in (("q_lat", q_lat), ("q_pe", q_pe), ("ckv", ckv), ("kpe", kpe)):
+    if x.dtype != jnp.bfloat16:
+      raise ValueError(f"mla_attention_mosaic: {name} must be bfloat16, got {x.dtype}")
+  if q_lat.ndim != 4 or ckv.ndim != 3:
+    raise ValueError(f"mla_attention_mosaic: q_lat {q_lat.shape} must be [B,T,H,512], ckv {ckv.shape} [B,S,512]")
+  bsz, t, h, r = q_lat.shape
+  s_len = ckv.shape[1]
+  if r != R or q_pe.shape != (bsz, t, h, P) or ckv.shape != (bsz, s_len, R) or kpe.shape != (bsz, s_len, P):
+    raise ValueError(f"mla_attention_mosaic: shapes q_lat {q_lat.shape}, q_pe {q_pe.shape}, ckv {ckv.shape}, "
+                     f"kpe {kpe.shape}; expected [B,T,H,{R}], [B,T,H,{P}], [B,S,{R}], [B,S,{P}]")
+  if s_len % PAIR:
+    raise ValueError(f"mla_attention_mosaic: S = {s_len} cache slots must be a multiple of {PAIR}")
+  if cache_len.shape != (bsz,):
+    raise ValueError(f"mla_attention_mosaic: cache_len {cache_len.shape}, expected ({bsz},)")
+  if block_mask.shape != (bsz, t, t):
+    raise ValueError(f"mla_attention_mosaic: block_mask {block_mask.shape}, expected {(bsz, t, t)}")
+
+
+@functools.partial(jax.jit, static_argnames=("scale", "num_splits", "interpret"))
+def _mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_splits, interpret):
+  bsz, t, h, _ = q_lat.shape
+  s_len = ckv.shape[1]
+  m = t * h
+  m_pad = pl.cdiv(m, BM) * BM
+  cache_len = cache_len.astype(jnp.int32)
+  pad = ((0, 0), (0, m_pad - m), (0, 0))
+  q = jnp.pad(q_lat.reshape(bsz, m, R), pad)
+  qpe = jnp.pad(q_pe.reshape(bsz, m, P), pad)
+  words = _mask_words(cache_len, block_mask.astype(bool), h, m_pad, s_len)
+  kernel = _build_kernel(bsz=bsz, num_q=t, num_rows_pad=m_pad, num_keys=s_len, num_splits=num_splits,
+                         scale=scale, dtype=q_lat.dtype, interp=interpret)
+  o_part, lse = kernel(cache_len, q, qpe, ckv, kpe, words)        # [B,NS,Mpad,R] f32, [B,NS,Mpad] f32
+  lse_max = jnp.max(lse, axis=1, keepdims=True)
+  lse_max = jnp.where(jnp.isfinite(lse_max), lse_max, 0.0)
+  wgt = jnp.exp(lse - lse_max)                                     # 0 for empty splits / masked rows
+  den = jnp.sum(wgt, axis=1)
+  o = jnp.sum(wgt[..., None] * o_part, axis=1) / jnp.where(den > 0, den, 1.0)[..., None]
+  return o[:, :m].reshape(bsz, t, h, R).astype(q_lat.dtype)
+
+
+def _abstract_gpu_context():
+  """On a machine without a GPU, trace against an abstract H200 so that the kernel sees a GPU target."""
+  if any(d.platform == "gpu" for d in jax.devices()):
+    return contextlib.nullcontext()
+  dev = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", platform="gpu", num_cores=_NUM_SMS)
+  return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=dev))
+
+
+def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_splits=None,
+                         interpret=False):
+  """Absorbed MLA tree attention (same contract as reference.mla_attention_reference). EXPERIMENTAL.
+
+  q_lat [B,T,H,512] bf16; q_pe [B,T,H,64] bf16; ckv [B,S,512] bf16; kpe [B,S,64] bf16 (S % 128 == 0);
+  cache_len [B] int32; block_mask [B,T,T] bool. Returns [B,T,H,512] bf16.
+  num_splits: key splits per (sequence, row tile) (None: about one wave of 132 SMs, >= 2 pairs a split).
+  interpret: run under Mosaic GPU interpret mode (CPU), with the race detector on.
+  """
+  _check(q_lat, q_pe, ckv, kpe, cache_len, block_mask)
+  bsz, t, h, _ = q_lat.shape
+  if num_splits is None:
+    num_splits = default_num_splits(bsz, t * h, ckv.shape[1])
+  if num_splits < 1:
+    raise ValueError(f"mla_attention_mosaic: num_splits {num_splits} must be >= 1")
+  ctx = _abstract_gpu_context() if interpret else contextlib.nullcontext()
+  with ctx:
+    return _mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, scale=float(scale),
+                          num_splits=int(num_splits), interpret=bool(interpret))

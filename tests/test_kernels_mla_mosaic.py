@@ -1,0 +1,129 @@
+"""EXPERIMENTAL MLA tree attention kernel (Pallas Mosaic GPU, seesaw layout) against the XLA reference.
+
+CPU only: the kernel runs under Mosaic GPU interpret mode (with its race detector) on small shapes, and the
+GPU kernel is lowered for CUDA against an abstract H200 at a K2.6 per-GPU shape (which checks the shared
+memory budget and the layouts, but does not compile it with ptxas nor run it).
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # private: race detector state
+
+from custom_calls.mla_attention.mosaic_gpu import _mla_attention, default_num_splits, mla_attention_mosaic
+from custom_calls.mla_attention.reference import mla_attention_reference
+from custom_calls.random_inputs import ancestor_masks
+
+SCALE = 0.0417  # about 1/sqrt(576)
+R, P = 512, 64
+
+
+def make_inputs(seed, b, t, h, s, cache_len=None):
+  rng = np.random.default_rng(seed)
+  ks = jax.random.split(jax.random.PRNGKey(seed), 4)
+  q_lat = jax.random.normal(ks[0], (b, t, h, R), jnp.float32).astype(jnp.bfloat16)
+  q_pe = jax.random.normal(ks[1], (b, t, h, P), jnp.float32).astype(jnp.bfloat16)
+  ckv = jax.random.normal(ks[2], (b, s, R), jnp.float32).astype(jnp.bfloat16)
+  kpe = jax.random.normal(ks[3], (b, s, P), jnp.float32).astype(jnp.bfloat16)
+  if cache_len is None:
+    cache_len = rng.integers(0, s - t + 1, size=b)                 # ragged per sequence
+  cache_len = jnp.asarray(cache_len, jnp.int32)
+  mask = jnp.asarray(ancestor_masks(rng, b, t))
+  return q_lat, q_pe, ckv, kpe, cache_len, mask
+
+
+def reference_f32(args):
+  q_lat, q_pe, ckv, kpe, cache_len, mask = args
+  f = lambda a: a.astype(jnp.float32)
+  return mla_attention_reference(f(q_lat), f(q_pe), f(ckv), f(kpe), cache_len, mask, scale=SCALE)
+
+
+def rel_err(out, ref):
+  out = np.asarray(out.astype(jnp.float32), np.float64)
+  ref = np.asarray(ref, np.float64)
+  assert np.all(np.isfinite(out)), "non-finite values in the kernel output"
+  return np.linalg.norm(out - ref) / np.linalg.norm(ref)
+
+
+def run_interpret(args, **opts):
+  out = mla_attention_mosaic(*args, scale=SCALE, interpret=True, **opts)
+  assert out.shape == args[0].shape and out.dtype == jnp.bfloat16
+  assert not gpu_callbacks.get_races().races_found, "interpret mode found a race"
+  return out
+
+
+CASES = [
+    # (seed, batch, T, H, S, cache_len, num_splits)
+    (1, 1, 1, 8, 256, None, None),              # AR decode (one split by default)
+    (2, 2, 5, 4, 256, None, None),              # tree, ragged cache_len
+    (3, 1, 20, 8, 384, [301], 2),               # 3 row tiles, tail pairs cross the split boundary
+]
+
+
+@pytest.mark.parametrize("seed,b,t,h,s,cache_len,num_splits", CASES)
+def test_matches_reference(seed, b, t, h, s, cache_len, num_splits):
+  args = make_inputs(seed, b, t, h, s, cache_len)
+  out = run_interpret(args, num_splits=num_splits)
+  err = rel_err(out, reference_f32(args))
+  print(f"rel_err {err:.2e}")
+  assert err < 2e-2
+
+
+def test_splits_with_empty_split():
+  """3 splits: sequence 0 has one pair of visible keys (splits 1, 2 empty), sequence 1 four (split 2 empty)."""
+  args = make_inputs(4, 2, 5, 4, 512, cache_len=[100, 400])
+  out = run_interpret(args, num_splits=3)
+  err = rel_err(out, reference_f32(args))
+  print(f"rel_err {err:.2e}")
+  assert err < 2e-2
+
+
+def test_empty_context_and_fully_masked_row():
+  """cache_len 0 and S - T; a query whose mask row is all false (no key visible) gives zeros, not NaN."""
+  b, t, h, s = 2, 6, 4, 256
+  args = list(make_inputs(5, b, t, h, s, cache_len=[0, s - t]))
+  mask = np.array(args[5])
+  mask[0, 3, :] = False
+  args[5] = jnp.asarray(mask)
+  out = run_interpret(args, num_splits=2)
+  ref = reference_f32(args)
+  err = rel_err(out, ref)
+  print(f"rel_err {err:.2e}")
+  assert err < 2e-2
+  np.testing.assert_array_equal(np.asarray(out[0, 3].astype(jnp.float32)), 0.0)
+
+
+def test_bad_inputs():
+  args = make_inputs(6, 1, 2, 4, 256)
+  with pytest.raises(ValueError, match="q_lat"):
+    mla_attention_mosaic(args[0].astype(jnp.float32), *args[1:], scale=SCALE, interpret=True)
+  with pytest.raises(ValueError, match="ckv"):
+    mla_attention_mosaic(args[0], args[1], args[2].astype(jnp.float16), *args[3:], scale=SCALE, interpret=True)
+  short = make_inputs(6, 1, 2, 4, 192)
+  with pytest.raises(ValueError, match="multiple of 128"):
+    mla_attention_mosaic(*short, scale=SCALE, interpret=True)
+
+
+def test_lowers_for_cuda_k26_shape():
+  """The GPU kernel (register wgmma operands, RefUnions, reduction_scratch_bytes=0) fits an H200's smem."""
+  b, t, h, s = 1, 257, 8, 4096
+  sd = jax.ShapeDtypeStruct
+  args = (sd((b, t, h, R), jnp.bfloat16), sd((b, t, h, P), jnp.bfloat16), sd((b, s, R), jnp.bfloat16),
+          sd((b, s, P), jnp.bfloat16), sd((b,), jnp.int32), sd((b, t, t), jnp.bool_))
+  num_splits = default_num_splits(b, t * h, s)
+  assert num_splits == 4                                         # 33 row tiles x 4 splits ~ one H200 wave
+  dev = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", platform="gpu", num_cores=132)
+  with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=dev)):
+    lowered = _mla_attention.trace(*args, scale=SCALE, num_splits=num_splits, interpret=False).lower(
+        lowering_platforms=("cuda",))
+  assert "mosaic_gpu" in lowered.as_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
+@pytest.mark.parametrize("b,t,h,s", [(1, 257, 8, 4096), (1, 64, 64, 2048), (2, 1, 8, 8192)])
+def test_gpu_matches_reference(b, t, h, s):
+  """The compiled kernel (register wgmma operands, RefUnions, TMA) on the GPU, at K2.6 per-GPU head counts."""
+  args = make_inputs(7 + t, b, t, h, s)
+  out = mla_attention_mosaic(*args, scale=SCALE)
+  assert rel_err(out, reference_f32(args)) < 2e-2

@@ -86,6 +86,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from custom_calls.mla_attention.pallas_triton import combine_splits
+
 BM = 64          # query rows per CTA
 BN = 64          # keys per block (two blocks, one per warpgroup, per pair)
 PAIR = 2 * BN
@@ -385,11 +387,7 @@ def _mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_s
   kernel = _build_kernel(bsz=bsz, num_q=t, num_rows_pad=m_pad, num_keys=s_len, num_splits=num_splits,
                          scale=scale, dtype=q_lat.dtype, interp=interpret)
   o_part, lse = kernel(cache_len, q, qpe, ckv, kpe, words)        # [B,NS,Mpad,R] f32, [B,NS,Mpad] f32
-  lse_max = jnp.max(lse, axis=1, keepdims=True)
-  lse_max = jnp.where(jnp.isfinite(lse_max), lse_max, 0.0)
-  wgt = jnp.exp(lse - lse_max)                                     # 0 for empty splits / masked rows
-  den = jnp.sum(wgt, axis=1)
-  o = jnp.sum(wgt[..., None] * o_part, axis=1) / jnp.where(den > 0, den, 1.0)[..., None]
+  o = combine_splits(o_part, lse)                                  # [B, Mpad, R] f32
   return o[:, :m].reshape(bsz, t, h, R).astype(q_lat.dtype)
 
 

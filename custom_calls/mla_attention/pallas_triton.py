@@ -184,12 +184,16 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   )(cache_len.astype(jnp.int32), q_lat.reshape(bsz, m, r), q_pe.reshape(bsz, m, p), ckv, kpe,
     block_mask.astype(jnp.int8))
 
-  if num_splits == 1:
-    o = o_part[:, 0]
-  else:
-    lse_max = jnp.max(lse, axis=1, keepdims=True)                  # [B, 1, M]
-    lse_max = jnp.where(jnp.isfinite(lse_max), lse_max, 0.0)
-    w = jnp.exp(lse - lse_max)                                    # [B, NS, M]; 0 for empty splits
-    den = jnp.sum(w, axis=1)                                      # [B, M]
-    o = jnp.sum(w[..., None] * o_part, axis=1) / jnp.where(den > 0, den, 1.0)[..., None]
+  o = o_part[:, 0] if num_splits == 1 else combine_splits(o_part, lse)
   return o.reshape(bsz, t, h, r).astype(q_lat.dtype)
+
+
+def combine_splits(o_part, lse):
+  """Flash-decoding combine: o_part [B, NS, M, R] (each split's normalised output), lse [B, NS, M] (natural
+  log-sum-exp; -inf for an empty split or a row with no visible key) -> f32 [B, M, R]; rows with no visible
+  key in any split give 0."""
+  lse_max = jnp.max(lse, axis=1, keepdims=True)                    # [B, 1, M]
+  lse_max = jnp.where(jnp.isfinite(lse_max), lse_max, 0.0)
+  w = jnp.exp(lse - lse_max)                                      # [B, NS, M]; 0 for empty splits
+  den = jnp.sum(w, axis=1)                                        # [B, M]
+  return jnp.sum(w[..., None] * o_part.astype(jnp.float32), axis=1) / jnp.where(den > 0, den, 1.0)[..., None]

@@ -140,29 +140,27 @@ def test_gemv_through_dispatch_repeated_experts_and_traced_offset():
   np.testing.assert_array_equal(np.asarray(out[1]), 0.0)
 
 
-FEW_TOKEN_CASES = [
-    # (kernel, tokens, top-k, global experts, local experts, expert_offset, dtype, D, I, kernel options)
-    ("gemv", 5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, sort_pairs=False)),        # shard, token order
-    ("gemv", 9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, dict(block_k=128, block_n=8, sort_pairs=True)),  # sorted pairs
-    ("gemv", 9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=True, rows_per_run=4)),  # runs of 4
-    ("gemv", 9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=False, rows_per_run=2)),  # token order
-    ("gemv", 7, 3, 12, 6, 2, jnp.bfloat16, 256, 256,                                 # pairs split 3 ways
+GEMV_CASES = [
+    # (tokens, top-k, global experts, local experts, expert_offset, dtype, D, I, kernel options)
+    (5, 4, 12, 6, 3, jnp.float32, 512, 256, dict(block_k=128, sort_pairs=False)),          # shard, token order
+    (9, 3, 16, 8, 0, jnp.bfloat16, 256, 256, dict(block_k=128, block_n=8, sort_pairs=True)),  # sorted pairs
+    (9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=True, rows_per_run=4)),  # runs of 4
+    (9, 3, 8, 4, 0, jnp.float32, 256, 256, dict(block_k=128, sort_pairs=False, rows_per_run=2)),  # token order
+    (7, 3, 12, 6, 2, jnp.bfloat16, 256, 256,                                 # pairs split 3 ways
      dict(block_k=128, block_n=16, block_n_down=16, pair_splits=3)),
-    ("gemv", 5, 4, 12, 6, 3, jnp.bfloat16, 512, 256, dict(block_k=128)),             # the defaults: split 5 ways
-    ("gemv", 7, 3, 8, 4, 0, jnp.float32, 256, 256,                                   # sorted, split 2 ways
+    (5, 4, 12, 6, 3, jnp.bfloat16, 512, 256, dict(block_k=128)),             # the defaults: split 5 ways
+    (7, 3, 8, 4, 0, jnp.float32, 256, 256,                                   # sorted, split 2 ways
      dict(block_k=128, sort_pairs=True, pair_splits=2)),
 ]
 
 
-@pytest.mark.parametrize("kernel,n,k,e_total,e_local,offset,dtype,d,inter,opts", FEW_TOKEN_CASES)
-def test_few_token_kernels_match_reference(kernel, n, k, e_total, e_local, offset, dtype, d, inter, opts):
-  """gemv (column-tile programs looping over the pairs; CUDA-core dequantisation with shift-free nibble planes,
-  or tensor cores on bf16 planes)."""
+@pytest.mark.parametrize("n,k,e_total,e_local,offset,dtype,d,inter,opts", GEMV_CASES)
+def test_gemv_matches_reference(n, k, e_total, e_local, offset, dtype, d, inter, opts):
+  """The few-token kernels (column-tile programs looping over the pairs; CUDA-core dequantisation with
+  shift-free nibble planes)."""
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
-  fn = {"gemv": routed_experts_int4_gemv}[kernel]
-  seed = n * 3 + k
-  x, ids, w, experts = make_inputs(seed, n, k, e_total, e_local, d, inter, dtype)
-  out = fn(x, ids, w, *experts, offset, interpret=True, **opts)
+  x, ids, w, experts = make_inputs(n * 3 + k, n, k, e_total, e_local, d, inter, dtype)
+  out = routed_experts_int4_gemv(x, ids, w, *experts, offset, interpret=True, **opts)
   assert out.shape == x.shape and out.dtype == dtype
   tol = 1e-5 if dtype == jnp.float32 else 1e-2
   assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < tol

@@ -236,11 +236,11 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
       best = None
       for cfg in configs:
         try:
+          kw = {k: v for k, v in cfg.items() if k != "kernel"}
           if cfg.get("kernel") == "mosaic":
-            fn = functools.partial(mla_attention_mosaic, scale=SCALE,
-                                   **{k: v for k, v in cfg.items() if k != "kernel"})
+            fn = functools.partial(mla_attention_mosaic, scale=SCALE, **kw)
           else:
-            fn = functools.partial(mla_attention_pallas, scale=SCALE, interpret=interp, **cfg)
+            fn = functools.partial(mla_attention_pallas, scale=SCALE, interpret=interp, **kw)
           err = rel_err(jax.jit(fn)(*args), ref)
           dt, blocking = timeit(fn, sets, with_blocking=True)
           rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking)
@@ -351,14 +351,14 @@ def moe_sweep(smoke):
   rows = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
   sweep = {}
   for m in rows:
-    # pair_splits: a second grid axis over the pairs (and tokens), so that a few pairs still fill the GPU.
-    splits = dict(pair_splits=min(m, 8), rows_per_run=1)
-    few = [dict(kernel="gemv", num_warps=8, pair_splits=1), dict(kernel="gemv", num_warps=8, **splits),
-           dict(kernel="gemv", num_warps=4, **splits), dict(kernel="gemv", num_warps=8, block_n=8, **splits),
-           dict(kernel="gemv", num_warps=8, num_stages=3, **splits)] if m <= 32 else []
-    if m == 1:                                           # one pair: nothing to split
-      few = [c for c in few if "pair_splits" not in c or c["pair_splits"] == 1]
-    sweep[m] = grouped_sweep(m)[:1] + few + grouped_sweep(m)[1:] + (gemv_sweep(m)[2:] if m <= 32 else [])
+    # pair_splits: a second grid axis over the pairs (and tokens), so that a few pairs still fill the GPU;
+    # the unsplit 8-warp gemv first, then split variants (none at one token: one pair, nothing to split).
+    split = lambda **kw: dict(kernel="gemv", pair_splits=min(m, 8), rows_per_run=1, **kw)
+    few = [dict(kernel="gemv", num_warps=8, pair_splits=1)]
+    if m > 1:
+      few += [split(num_warps=8), split(num_warps=4), split(num_warps=8, block_n=8), split(num_warps=8, num_stages=3)]
+    grouped = grouped_sweep(m)
+    sweep[m] = grouped[:1] + few + grouped[1:] + gemv_sweep(m)[2:] if m <= 32 else grouped
   return rows, sweep
 
 

@@ -352,11 +352,10 @@ def moe_sweep(smoke):
   sweep = {}
   for m in rows:
     # pair_splits: a second grid axis over the pairs (and tokens), so that a few pairs still fill the GPU;
-    # the unsplit 8-warp gemv first, then split variants (none at one token: one pair, nothing to split).
+    # the unsplit 8-warp gemv first, then the split variants (at one token the first is that same config).
     split = lambda **kw: dict(kernel="gemv", pair_splits=min(m, 8), rows_per_run=1, **kw)
-    few = [dict(kernel="gemv", num_warps=8, pair_splits=1)]
-    if m > 1:
-      few += [split(num_warps=8), split(num_warps=4), split(num_warps=8, block_n=8), split(num_warps=8, num_stages=3)]
+    variants = [dict(num_warps=8), dict(num_warps=4), dict(num_warps=8, block_n=8), dict(num_warps=8, num_stages=3)]
+    few = [dict(kernel="gemv", num_warps=8, pair_splits=1)] + [split(**v) for v in variants[1 if m == 1 else 0:]]
     grouped = grouped_sweep(m)
     sweep[m] = grouped[:1] + few + grouped[1:] + gemv_sweep(m)[2:] if m <= 32 else grouped
   return rows, sweep

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from custom_calls.mla_attention.mosaic_gpu import default_num_splits as mosaic_num_splits
 from custom_calls.mla_attention.mosaic_gpu import mla_attention_mosaic
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
@@ -205,10 +206,13 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
         (1, 64, 8, 32768): [dict(block_m=64, block_k=32, num_warps=4), dict(num_splits=8), dict(num_splits=16)],
         (1, 257, 8, 32768): [dict(num_splits=2), dict(block_k=32, num_warps=4)],
     }
-    # the experimental Mosaic GPU (wgmma, two warpgroups) kernel, mosaic_gpu.py, on the compute-bound shapes
+    # the Mosaic GPU (wgmma, two warpgroups) kernel, mosaic_gpu.py: its default split and twice / half that
     for shape in [(1, 257, 8, 32768), (1, 257, 64, 32768), (1, 64, 8, 32768), (8, 16, 64, 4096),
-                  (1, 64, 64, 131072), (1, 1, 64, 131072)]:
-      sweep[shape] = [dict(kernel="mosaic")] + sweep.get(shape, [])
+                  (1, 64, 64, 131072), (1, 1, 64, 131072), (1, 16, 64, 1024), (1, 257, 8, 131072)]:
+      b, t, h, s = shape
+      n = mosaic_num_splits(b, t * h, s)
+      splits = sorted({n, 2 * n, max(1, n // 2)})
+      sweep[shape] = [dict(kernel="mosaic", num_splits=k) for k in splits] + sweep.get(shape, [])
   if only_shapes:
     shapes = only_shapes
   if no_sweep:

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from custom_calls.mla_attention import mla_attention
 from custom_calls.mla_attention.mosaic_gpu import default_num_splits as mosaic_num_splits
 from custom_calls.mla_attention.mosaic_gpu import mla_attention_mosaic
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
@@ -241,7 +242,9 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
       for cfg in configs:
         try:
           kw = {k: v for k, v in cfg.items() if k != "kernel"}
-          if cfg.get("kernel") == "mosaic":
+          if not cfg:          # what the model runs: the dispatch (custom_calls.mla_attention)
+            fn = functools.partial(mla_attention, scale=SCALE, impl="pallas_interpret" if interp else "auto")
+          elif cfg.get("kernel") == "mosaic":
             fn = functools.partial(mla_attention_mosaic, scale=SCALE, **kw)
           else:
             fn = functools.partial(mla_attention_pallas, scale=SCALE, interpret=interp, **kw)
@@ -535,7 +538,7 @@ def main():
   ap.add_argument("--moe-rows", default="", help="MoE: comma-separated token counts (default: the whole sweep)")
   ap.add_argument("--moe-kernels", default="", help="MoE: kernel families to time, e.g. gemv,default")
   ap.add_argument("--mla-shapes", default="", help="MLA: 'B,T,H,ctx;...' instead of the full grid")
-  ap.add_argument("--mla-no-sweep", action="store_true", help="MLA: default configs only")
+  ap.add_argument("--mla-no-sweep", action="store_true", help="MLA: the dispatched kernel (custom_calls.mla_attention, impl auto) only")
   ap.add_argument("--mla-mosaic", action="store_true",
                   help="MLA: the default config and the experimental Mosaic GPU kernel (mosaic_gpu.py) only")
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # private: race detector state
 
-from custom_calls.mla_attention.mosaic_gpu import _mla_attention, default_num_splits, mla_attention_mosaic
+from custom_calls.mla_attention import MOSAIC_MIN_ROWS, mla_attention
+from custom_calls.mla_attention.mosaic_gpu import _mla_attention, default_num_splits, mla_attention_mosaic, supported
 from custom_calls.mla_attention.reference import mla_attention_reference
 from custom_calls.random_inputs import ancestor_masks
 
@@ -104,6 +105,22 @@ def test_bad_inputs():
     mla_attention_mosaic(*short, scale=SCALE, interpret=True)
 
 
+def test_supported_shapes_and_default_splits():
+  sd = jax.ShapeDtypeStruct
+  bf = jnp.bfloat16
+  k26 = (sd((1, 4, 16, R), bf), sd((1, 4, 16, P), bf), sd((1, 1024, R), bf), sd((1, 1024, P), bf))
+  assert supported(*k26)
+  assert not supported(sd((1, 4, 16, 256), bf), *k26[1:])                       # R must be 512
+  assert not supported(*k26[:2], sd((1, 1000, R), bf), sd((1, 1000, P), bf))  # S must be a multiple of 128
+  assert not supported(*(sd(x.shape, jnp.float32) for x in k26))              # bf16 only
+  assert MOSAIC_MIN_ROWS == 64
+  # one CTA per SM, at most one wave of 132, at least 2 key pairs (256 keys) a split
+  assert default_num_splits(8, 16 * 64, 4096) == 1           # 128 row tiles
+  assert default_num_splits(1, 64 * 8, 32768) == 16          # 8 row tiles
+  assert default_num_splits(1, 64, 131072) == 132
+  assert default_num_splits(1, 64, 1024) == 4                # capped by the 8 key pairs
+
+
 def test_lowers_for_cuda_k26_shape():
   """The GPU kernel (register wgmma operands, RefUnions, reduction_scratch_bytes=0) fits an H200's smem."""
   b, t, h, s = 1, 257, 8, 4096
@@ -126,4 +143,14 @@ def test_gpu_matches_reference(b, t, h, s):
   """The compiled kernel (register wgmma operands, RefUnions, TMA) on the GPU, at K2.6 per-GPU head counts."""
   args = make_inputs(7 + t, b, t, h, s)
   out = mla_attention_mosaic(*args, scale=SCALE)
+  assert rel_err(out, reference_f32(args)) < 2e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
+@pytest.mark.parametrize("t,h", [(8, 8), (1, 8), (1, 64)])
+def test_gpu_dispatch_matches_reference(t, h):
+  """impl="auto": the Mosaic kernel from 64 query rows on, the Triton kernel below (both checked here)."""
+  args = make_inputs(30 + t * h, 2, t, h, 2048)
+  out = mla_attention(*args, scale=SCALE, impl="auto")
   assert rel_err(out, reference_f32(args)) < 2e-2

@@ -1,37 +1,45 @@
-"""MLA tree attention: dispatch between the XLA reference and GPU kernels.
+"""MLA tree attention: dispatch between the XLA reference and the GPU kernels.
 
-Kernels: pallas_triton.py (dispatched on GPUs); mosaic_gpu.py (EXPERIMENTAL, not dispatched: a Hopper wgmma
-kernel with two warpgroups for the compute-bound trees, checked on the CPU in Mosaic GPU interpret mode and by
-lowering, not yet compiled or timed on a GPU).
+Kernels: pallas_triton.py (any shape on GPUs: decode with a few heads, small models); mosaic_gpu.py (Hopper
+wgmma, two warpgroups; K2.6 dimensions only: R 512, P 64, bf16, S a multiple of 128) for 64 query rows
+(T x H) or more, where on the H200 it beat the Triton kernel at every shape timed (benchmarks/RESULTS.md,
+issue 6 seventh round: 1 x 257 x 64 heads x 32K 2.74 ms against 4.60, 8 x 16 x 64 x 4K 0.211 against 0.328,
+1 x 1 x 64 x 128K 0.097 against 0.104).
 """
 import jax
 
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 
-_IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
+_IMPLS = ("auto", "xla", "pallas", "pallas_interpret", "mosaic")
+MOSAIC_MIN_ROWS = 64   # T x H from which "auto" runs the Mosaic GPU kernel (one full 64-row tile)
 
 
 def mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, impl="auto"):
   """See reference.py for shapes and semantics.
 
-  impl: "auto" (the Pallas Triton kernel on GPU backends for supported shapes, else the XLA reference),
-  "xla" (the reference), "pallas" (the Triton kernel; GPU), "pallas_interpret" (the same kernel run by
-  the Pallas interpreter, for CPU tests).
+  impl: "auto" (on GPU backends the Mosaic GPU kernel for T x H >= MOSAIC_MIN_ROWS where it supports the shapes,
+  else the Pallas Triton kernel where it does, else the XLA reference), "xla" (the reference), "pallas" (the
+  Triton kernel; GPU), "pallas_interpret" (the Triton kernel run by the Pallas interpreter, for CPU tests),
+  "mosaic" (the Mosaic GPU kernel; Hopper GPU).
   """
   if impl not in _IMPLS:
     raise ValueError(f"mla_attention: unknown impl {impl!r}; expected one of {_IMPLS}")
   if impl == "xla":
     return mla_attention_reference(q_lat, q_pe, ckv, kpe, cache_len, block_mask, scale=scale)
-  from custom_calls.mla_attention import pallas_triton  # imported lazily: Pallas is not needed for "xla"
+  # imported lazily: Pallas is not needed for "xla"
+  from custom_calls.mla_attention import mosaic_gpu, pallas_triton
+  args = (q_lat, q_pe, ckv, kpe, cache_len, block_mask)
+  if impl == "mosaic" or (impl == "auto" and jax.default_backend() == "gpu" and mosaic_gpu.supported(*args)
+                          and q_lat.shape[1] * q_lat.shape[2] >= MOSAIC_MIN_ROWS):
+    return mosaic_gpu.mla_attention_mosaic(*args, scale=scale)       # raises a clear error if unsupported
   if impl == "auto":
     if jax.default_backend() != "gpu" or not pallas_triton.supported(q_lat, q_pe, ckv, kpe):
-      return mla_attention_reference(q_lat, q_pe, ckv, kpe, cache_len, block_mask, scale=scale)
+      return mla_attention_reference(*args, scale=scale)
   elif not pallas_triton.supported(q_lat, q_pe, ckv, kpe):
     raise ValueError(
         f"mla_attention(impl={impl!r}): unsupported shapes/dtypes q_lat {q_lat.shape} {q_lat.dtype}, "
         f"q_pe {q_pe.shape}, ckv {ckv.shape} {ckv.dtype} (need power-of-two R and P >= 16, matching dtypes)")
-  return pallas_triton.mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, scale=scale,
-                                            interpret=(impl == "pallas_interpret"))
+  return pallas_triton.mla_attention_pallas(*args, scale=scale, interpret=(impl == "pallas_interpret"))
 
 
 __all__ = ["mla_attention", "mla_attention_reference", "visibility_mask"]

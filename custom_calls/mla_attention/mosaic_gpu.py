@@ -104,11 +104,21 @@ _TILE_F32 = (plgpu.TilingTransform((8, 32)), plgpu.SwizzleTransform(128))
 
 
 def default_num_splits(batch, num_rows, num_keys, num_sms=_NUM_SMS):
-  """Enough CTAs to cover the chip once, but at least 2 key-block pairs per split."""
+  """At most one wave of CTAs (one per SM: the kernel takes all of an SM's shared memory), at least 2 key-block
+  pairs per split. H200, issue 6 seventh round: 8 x 16 x 64 heads x 4K (128 tiles) 0.211 ms unsplit against
+  0.235 at 2 splits; 1 x 257 x 8 x 32K (33 tiles) 0.375 at 4 against 0.655 at 2 and 0.402 at 8;
+  1 x 64 x 8 x 32K (8 tiles) 0.129 at 17 against 0.188 at 8 and 0.146 at 34; 1 x 1 x 64 x 128K 0.097 at 132
+  against 0.120 at 66 and 0.118 at 264."""
   programs = batch * pl.cdiv(num_rows, BM)
-  want = pl.cdiv(num_sms, programs) if programs < num_sms else 1
   max_splits = max(1, (num_keys // PAIR) // 2)
-  return int(max(1, min(want, max_splits)))
+  return int(max(1, min(num_sms // programs, max_splits)))
+
+
+def supported(q_lat, q_pe, ckv, kpe, cache_len=None, block_mask=None):
+  """Shapes and dtypes the kernel handles: K2.6's R 512 and P 64, bf16, S a multiple of 128."""
+  return (q_lat.ndim == 4 and q_lat.shape[-1] == R and q_pe.shape[-1] == P and ckv.shape[-1] == R
+          and kpe.shape[-1] == P and ckv.shape[1] % PAIR == 0 and ckv.shape[1] > 0
+          and all(x.dtype == jnp.bfloat16 for x in (q_lat, q_pe, ckv, kpe)))
 
 
 def _mask_words(cache_len, block_mask, num_heads, num_rows_pad, num_keys):
@@ -141,12 +151,10 @@ def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtyp
   num_row_tiles = num_rows_pad // BM
 
   def body(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mw_ref, o_ref, lse_ref,
-           q_s, qpe_p1, p0_s, kv_o, mw_s, vec_s, stage_s,
-           q_bar, qpe_bar, k_bar, s0_bar, s1_bar, p0_bar, v1_bar, sync_bar):
+           q_s, qpe_p1, p0_s, kv_o, mw_s, vec_s, q_bar, qpe_bar, k_bar, s0_bar, s1_bar, sync_bar):
     # q_s [2,BM,256] bf16; qpe_p1 = ((qpe_s [BM,P],), (p1_s [BM,BN],)); p0_s [BM,BN] bf16;
     # kv_o = ((kv_s [2 slot,2 half,BN,256] bf16, kpe_s [2 slot,BN,P] bf16), (o_s [2,BM,256] f32,));
-    # mw_s [2 slot,2,BM] i32; vec_s [4,BM] f32 (m0, sc0, sc1, m1; at the end l0, l1, lse);
-    # stage_s [2,BM,BN] bf16 (interpret mode only, else None).
+    # mw_s [2 slot,2,BM] i32; vec_s [4,BM] f32 (m0, sc0, sc1, m1; at the end l0, l1, lse).
     (qpe_s,), (p1_s,) = qpe_p1
     (kv_s, kpe_s), (o_s,) = kv_o
     mt = lax.axis_index("m")
@@ -164,14 +172,21 @@ def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtyp
     tail_pair = cache_len // PAIR
     p_mid = jnp.clip(tail_pair, p_lo, p_hi)
 
-    def load_block(blk, slot):
-      k0 = blk * BN
-      for h in range(2):
-        plgpu.copy_gmem_to_smem(ckv_ref.at[b, pl.ds(k0, BN), pl.ds(h * HALF, HALF)], kv_s.at[slot, h],
-                                k_bar.at[slot])
-      plgpu.copy_gmem_to_smem(kpe_ref.at[b, pl.ds(k0, BN)], kpe_s.at[slot], k_bar.at[slot])
+    def load_half(blk, slot, h):
+      """ckv[blk's 64 keys, columns 256h : 256(h+1)] -> kv_s[slot, h] (one of the slot's 4 arrivals)."""
+      plgpu.copy_gmem_to_smem(ckv_ref.at[b, pl.ds(blk * BN, BN), pl.ds(h * HALF, HALF)], kv_s.at[slot, h],
+                              k_bar.at[slot])
+
+    def load_score_extras(blk, slot):
+      """kpe of blk and its mask words (used by the slot's Q K^T only): 2 of the slot's 4 arrivals."""
+      plgpu.copy_gmem_to_smem(kpe_ref.at[b, pl.ds(blk * BN, BN)], kpe_s.at[slot], k_bar.at[slot])
       tile = jnp.maximum(blk - 2 * tail_pair + 1, 0)
       plgpu.copy_gmem_to_smem(mw_ref.at[b, tile, :, rows], mw_s.at[slot], k_bar.at[slot])
+
+    def load_block(blk, slot):
+      for h in range(2):
+        load_half(blk, slot, h)
+      load_score_extras(blk, slot)
 
     @pl.when(w == 0)
     def _prologue():
@@ -193,14 +208,6 @@ def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtyp
       plgpu.barrier_wait(sync_bar)
 
     sync()   # GPU: both warpgroups hold q_pe in registers before P1 reuses its buffer
-
-    def lhs(p, which):
-      """A P tile as a wgmma LHS: registers on the GPU, staged through smem in interpret mode."""
-      if not interp:
-        return p
-      stage_s[which] = p
-      plgpu.commit_smem()
-      return stage_s.at[which]
 
     def qk(slot, masked):
       def f(acc):
@@ -241,24 +248,29 @@ def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtyp
       m_new = jnp.maximum(m, s.max(axis=1))
       sc0 = jnp.exp2(m - m_new)
       p = jnp.exp2(s - bs(m_new))
+      l = l * sc0 + p.sum(axis=1)
+      pb = p.astype(dtype)                                         # the f32 P dies here
       vec_s[0] = m_new
       vec_s[1] = sc0
-      plgpu.barrier_arrive(s0_bar)
-      o = pv(o * bc(sc0), lhs(p.astype(dtype), 0), 0, 0)
-      l = l * sc0 + p.sum(axis=1)
+      p0_s[...] = pb
+      plgpu.commit_smem()
+      plgpu.barrier_arrive(s0_bar)                                 # (m0, sc0) and the unscaled P0 are ready
+      o = pv(o * bc(sc0), p0_s if interp else pb, 0, 0)            # O0 = O0 sc0 + P0 V0[:, :256]
+      more = i + 1 < p_hi
+
+      @pl.when(more)
+      def _():                                                     # WG0 was the last reader of these
+        load_half(2 * i + 2, 0, 0)
+        load_score_extras(2 * i + 2, 0)
       plgpu.barrier_wait(s1_bar)
       sc1 = vec_s[2]
       m1 = vec_s[3]
-      p0_s[...] = (p * bs(sc1)).astype(dtype)
-      plgpu.commit_smem()
-      plgpu.barrier_arrive(p0_bar)
-      o = pv(o * bc(sc1), p1_s, 1, 0)
+      o = pv(o * bc(sc1), p1_s, 1, 0)                              # O0 = O0 sc1 + P1 V1[:, :256]
       l = l * sc1
-      plgpu.barrier_wait(v1_bar)                                   # WG1 is done with slot 1 too
 
-      @pl.when(i + 1 < p_hi)
-      def _():
-        load_block(2 * i + 3, 1)
+      @pl.when(more)
+      def _():                                                     # WG1's Q K1^T was done before s1
+        load_half(2 * i + 3, 1, 0)
       return o, m1, l
 
     def step_wg1(i, carry, masked):
@@ -271,22 +283,25 @@ def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtyp
       m_new = jnp.maximum(m0, s.max(axis=1))
       sc1 = jnp.exp2(m0 - m_new)
       p = jnp.exp2(s - bs(m_new))
+      l = l * (sc0 * sc1) + p.sum(axis=1)
       pb = p.astype(dtype)
       p1_s[...] = pb
       vec_s[2] = sc1
       vec_s[3] = m_new
       plgpu.commit_smem()
       plgpu.barrier_arrive(s1_bar)
-      scale01 = sc0 * sc1
-      o = pv(o * bc(scale01), p1_s if interp else pb, 1, 1)
-      l = l * scale01 + p.sum(axis=1)
-      plgpu.barrier_arrive(v1_bar)
-      plgpu.barrier_wait(p0_bar)
-      o = pv(o, p0_s, 0, 1)
+      o = pv(o * bc(sc0), p0_s, 0, 1)                              # O1 = O1 sc0 + P0 V0[:, 256:]
+      more = i + 1 < p_hi
 
-      @pl.when(i + 1 < p_hi)
+      @pl.when(more)
+      def _():                                                     # WG0's Q K0^T was done before s0
+        load_half(2 * i + 2, 0, 1)
+      o = pv(o * bc(sc1), p1_s if interp else pb, 1, 1)            # O1 = O1 sc1 + P1 V1[:, 256:]
+
+      @pl.when(more)
       def _():
-        load_block(2 * i + 2, 0)
+        load_half(2 * i + 3, 1, 1)
+        load_score_extras(2 * i + 3, 1)
       return o, m_new, l
 
     def run(step, wg):
@@ -324,21 +339,19 @@ def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtyp
     o_stage = [plgpu.SMEM((2, BM, HALF), jnp.float32, transforms=_TILE_F32)]
     mw = plgpu.SMEM((2, 2, BM), jnp.int32)
     vec = plgpu.SMEM((4, BM), jnp.float32)
-    if interp:   # no aliasing (q_pe stays an smem operand); extra staging for the register operands
-      qpe_p1, kv_o, stage = (qpe, p1), (kv, o_stage), plgpu.SMEM((2, BM, BN), dtype, transforms=_TILE_BF16)
+    if interp:   # no aliasing: q_pe stays an smem operand
+      qpe_p1, kv_o = (qpe, p1), (kv, o_stage)
     else:
-      qpe_p1, kv_o, stage = plgpu.RefUnion(qpe, p1), plgpu.RefUnion(kv, o_stage), None
+      qpe_p1, kv_o = plgpu.RefUnion(qpe, p1), plgpu.RefUnion(kv, o_stage)
     barriers = (
         plgpu.Barrier(num_arrivals=2),                   # q_bar: two Q halves
         plgpu.Barrier(num_arrivals=1),                   # qpe_bar
         plgpu.Barrier(num_arrivals=4, num_barriers=2),   # k_bar per slot: ckv halves, kpe, mask words
-        plgpu.Barrier(num_arrivals=1),                   # s0: WG0's (m0, sc0) ready
+        plgpu.Barrier(num_arrivals=1),                   # s0: WG0's (m0, sc0) and P0 ready
         plgpu.Barrier(num_arrivals=1),                   # s1: WG1's (sc1, m1) and P1 ready
-        plgpu.Barrier(num_arrivals=1),                   # p0: WG0's rescaled P0 ready
-        plgpu.Barrier(num_arrivals=1),                   # v1: WG1 done reading kv slot 1
         plgpu.Barrier(num_arrivals=2),                   # sync of both warpgroups
     )
-    return (q_s, qpe_p1, p0, kv_o, mw, vec, stage, *barriers)
+    return (q_s, qpe_p1, p0, kv_o, mw, vec, *barriers)
 
   def entry(*refs):
     pl.run_scoped(lambda *scr: body(*refs, *scr), *scratch(), collective_axes="wg")

@@ -538,9 +538,10 @@ def main():
   ap.add_argument("--moe-rows", default="", help="MoE: comma-separated token counts (default: the whole sweep)")
   ap.add_argument("--moe-kernels", default="", help="MoE: kernel families to time, e.g. gemv,default")
   ap.add_argument("--mla-shapes", default="", help="MLA: 'B,T,H,ctx;...' instead of the full grid")
-  ap.add_argument("--mla-no-sweep", action="store_true", help="MLA: the dispatched kernel (custom_calls.mla_attention, impl auto) only")
+  ap.add_argument("--mla-no-sweep", action="store_true",
+                  help="MLA: the dispatched kernel (custom_calls.mla_attention, impl auto) only")
   ap.add_argument("--mla-mosaic", action="store_true",
-                  help="MLA: the default config and the experimental Mosaic GPU kernel (mosaic_gpu.py) only")
+                  help="MLA: the dispatched default and the Mosaic GPU kernel (mosaic_gpu.py, its split sweep) only")
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")

@@ -1,8 +1,9 @@
-"""EXPERIMENTAL MLA tree attention kernel (Pallas Mosaic GPU, seesaw layout) against the XLA reference.
+"""MLA tree attention kernel in Pallas Mosaic GPU (seesaw layout, mosaic_gpu.py) against the XLA reference.
 
-CPU only: the kernel runs under Mosaic GPU interpret mode (with its race detector) on small shapes, and the
+On the CPU the kernel runs under Mosaic GPU interpret mode (with its race detector) on small shapes, and the
 GPU kernel is lowered for CUDA against an abstract H200 at a K2.6 per-GPU shape (which checks the shared
-memory budget and the layouts, but does not compile it with ptxas nor run it).
+memory budget and the layouts, but does not compile it with ptxas nor run it). The tests marked gpu compile and
+run it (and the impl="auto" dispatch) on a GPU.
 """
 import jax
 import jax.numpy as jnp
@@ -150,7 +151,8 @@ def test_gpu_matches_reference(b, t, h, s):
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
 @pytest.mark.parametrize("t,h", [(8, 8), (1, 8), (1, 64)])
 def test_gpu_dispatch_matches_reference(t, h):
-  """impl="auto": the Mosaic kernel from 64 query rows on, the Triton kernel below (both checked here)."""
+  """impl="auto": the Mosaic kernel for trees of 64 query rows or more, the Triton kernel for fewer rows and for
+  decode (both checked here)."""
   args = make_inputs(30 + t * h, 2, t, h, 2048)
   out = mla_attention(*args, scale=SCALE, impl="auto")
   assert rel_err(out, reference_f32(args)) < 2e-2

@@ -1,26 +1,28 @@
 """MLA tree attention: dispatch between the XLA reference and the GPU kernels.
 
-Kernels: pallas_triton.py (any shape on GPUs: decode with a few heads, small models); mosaic_gpu.py (Hopper
-wgmma, two warpgroups; K2.6 dimensions only: R 512, P 64, bf16, S a multiple of 128) for 64 query rows
-(T x H) or more, where on the H200 it beat the Triton kernel at every shape timed (benchmarks/RESULTS.md,
-issue 6 seventh round: 1 x 257 x 64 heads x 32K 2.74 ms against 4.60, 8 x 16 x 64 x 4K 0.211 against 0.328,
-1 x 1 x 64 x 128K 0.097 against 0.104).
+Kernels: pallas_triton.py (any shape on GPUs: decode, a few rows, small models); mosaic_gpu.py (Hopper wgmma,
+two warpgroups; K2.6 dimensions only: R 512, P 64, bf16, S a multiple of 128) for trees and blocks (T >= 2) of
+64 query rows (T x H) or more. On the H200 (benchmarks/RESULTS.md, issue 6 seventh round) it beat the Triton
+kernel at every such shape timed: 1 x 257 x 64 heads x 32K 2.74 ms against 4.60, 8 x 16 x 64 x 4K 0.211 against
+0.328, 1 x 64 x 8 x 32K 0.129 against 0.170. Decode (T = 1) stays on Triton even with 64 heads: Mosaic won
+at 128K (0.097 against 0.104 ms) but lost at 32K (0.056 against 0.047, different runs): its fixed cost per
+split (the Q tile in, a 64 x 512 fp32 partial out) is large against a few key pairs.
 """
 import jax
 
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 
 _IMPLS = ("auto", "xla", "pallas", "pallas_interpret", "mosaic")
-MOSAIC_MIN_ROWS = 64   # T x H from which "auto" runs the Mosaic GPU kernel (one full 64-row tile)
+MOSAIC_MIN_ROWS = 64   # T x H from which "auto" runs the Mosaic GPU kernel on trees (one full 64-row tile)
 
 
 def mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, impl="auto"):
   """See reference.py for shapes and semantics.
 
-  impl: "auto" (on GPU backends the Mosaic GPU kernel for T x H >= MOSAIC_MIN_ROWS where it supports the shapes,
-  else the Pallas Triton kernel where it does, else the XLA reference), "xla" (the reference), "pallas" (the
-  Triton kernel; GPU), "pallas_interpret" (the Triton kernel run by the Pallas interpreter, for CPU tests),
-  "mosaic" (the Mosaic GPU kernel; Hopper GPU).
+  impl: "auto" (on GPU backends: the Mosaic GPU kernel for T >= 2 and T x H >= MOSAIC_MIN_ROWS where it supports
+  the shapes, else the Pallas Triton kernel where it does, else the XLA reference), "xla" (the reference),
+  "pallas" (the Triton kernel; GPU), "pallas_interpret" (the Triton kernel run by the Pallas interpreter, for CPU
+  tests), "mosaic" (the Mosaic GPU kernel; Hopper GPU).
   """
   if impl not in _IMPLS:
     raise ValueError(f"mla_attention: unknown impl {impl!r}; expected one of {_IMPLS}")
@@ -30,7 +32,7 @@ def mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, impl="
   from custom_calls.mla_attention import mosaic_gpu, pallas_triton
   args = (q_lat, q_pe, ckv, kpe, cache_len, block_mask)
   if impl == "mosaic" or (impl == "auto" and jax.default_backend() == "gpu" and mosaic_gpu.supported(*args)
-                          and q_lat.shape[1] * q_lat.shape[2] >= MOSAIC_MIN_ROWS):
+                          and q_lat.shape[1] >= 2 and q_lat.shape[1] * q_lat.shape[2] >= MOSAIC_MIN_ROWS):
     return mosaic_gpu.mla_attention_mosaic(*args, scale=scale)       # raises a clear error if unsupported
   if impl == "auto":
     if jax.default_backend() != "gpu" or not pallas_triton.supported(q_lat, q_pe, ckv, kpe):

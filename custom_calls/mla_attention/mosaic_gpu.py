@@ -1,30 +1,42 @@
-"""EXPERIMENTAL: absorbed-MLA tree attention as a Pallas Mosaic GPU kernel (Hopper, "seesaw" layout).
+"""Absorbed-MLA tree attention as a Pallas Mosaic GPU kernel (Hopper, FlashMLA-style "seesaw" layout).
 
-Status: EXPERIMENTAL and NOT dispatched (custom_calls.mla_attention never selects it). It has NOT yet been
-compiled or timed on a GPU: it is checked only by lowering for CUDA on a CPU machine (abstract H200 device)
-and by running under Mosaic GPU interpret mode on the CPU. Same contract as
-reference.mla_attention_reference; the split-K + log-sum-exp combine mirrors pallas_triton.py.
+Status: dispatched by custom_calls.mla_attention (impl "auto") on GPUs for trees / blocks (T >= 2) of 64 query
+rows (T x H) or more, where the H200 timed it faster than the Triton kernel (benchmarks/RESULTS.md, issue 6
+seventh round: 0.41-0.62 of the roofline on the compute-bound shapes against Triton's 0.28-0.35). Same contract
+as reference.mla_attention_reference; the split-K + log-sum-exp combine is pallas_triton.combine_splits.
+Known limit: ptxas reports 255 registers and ~1.9 KB of spills a thread (the 64 x 256 fp32 accumulator half
+is 128 of them); finding what spills (SASS: MOSAIC_GPU_DUMP_SASS=1) is the next step for speed.
 
-Design (FlashMLA-style seesaw). One CTA = one sequence b, one tile of BM = 64 query rows (row m = t*H + h,
-rows padded to a multiple of 64 with zeros) and one key split j. Two compute warpgroups (WG0, WG1) share the
-CTA; the 64x512 fp32 output accumulator is split between them by columns: WG w owns o[:, 256w:256(w+1)]
-(64x256 fp32 = 128 registers a thread). Keys are processed in pairs of BN = 64 key blocks: WG0 computes the
-scores of the even block (kv slot 0), WG1 those of the odd block (kv slot 1), and both multiply both P tiles
-into their own half of the output:
+Design. One CTA = one sequence b, one tile of BM = 64 query rows (row m = t*H + h, rows padded to a multiple
+of 64 with zeros) and one key split j. Two compute warpgroups (WG0, WG1) share the CTA; the 64x512 fp32
+output accumulator is split between them by columns: WG w owns o[:, 256w:256(w+1)] (64x256 fp32 = 128
+registers a thread). Keys are processed in pairs of BN = 64 key blocks: WG0 computes the scores of the even
+block (kv slot 0), WG1 those of the odd block (kv slot 1), and both multiply both P tiles into their own half
+of the output:
 
-  WG0: S0 = Q K0^T; m0 = max(m, rowmax S0); P0 = exp2(S0 - m0)    -> smem (m0, rescale sc0) ; arrive s0
-       O0 = O0*sc0 + P0 V0[:, :256]                                  (P0 from registers)
-       wait s1 (m1, sc1 from WG1); P0*sc1 -> smem ; arrive p0
-       O0 = (O0*sc1) + P1 V1[:, :256]                                (P1 from smem)
-  WG1: S1 = Q K1^T; wait s0; m1 = max(m0, rowmax S1); P1 = exp2(S1 - m1) -> smem, (sc1, m1) -> smem; arrive s1
-       O1 = O1*(sc0*sc1) + P1 V1[:, 256:]                            (P1 from registers); arrive v1
-       wait p0; O1 = O1 + (P0*sc1) V0[:, 256:]                       (P0 from smem)
-The row sums l are kept per warpgroup (each rescaled like its own O half) and added at the end. Scores are
-in log2 units (scale * log2(e) folded in) and exp2 is used; the running max starts at a finite -1e30 so
-that fully masked rows never compute inf - inf. After its last use of a slot, a warpgroup refills it with
-the next pair's block: WG1 refills slot 0 after its P0 V0 product; WG0 refills slot 1 after its P1 V1 product
-and after WG1 said (barrier v1) it is done with slot 1. Every TMA copy of a block (two 64x256 halves of ckv,
-the 64x64 kpe tile and the 2x64 int32 mask words) arrives on that slot's barrier (4 arrivals).
+  WG0: S0 = Q K0^T; m0 = max(m, rowmax S0); P0 = exp2(S0 - m0); (m0, sc0) and P0 (bf16) -> smem; arrive s0
+       O0 = O0*sc0 + P0 V0[:, :256]                        (P0 from registers)
+       wait s1; O0 = O0*sc1 + P1 V1[:, :256]               (P1 from smem)
+  WG1: S1 = Q K1^T; wait s0; m1 = max(m0, rowmax S1); P1 = exp2(S1 - m1); (sc1, m1) and P1 -> smem; arrive s1
+       O1 = O1*sc0 + P0 V0[:, 256:]                        (P0 from smem)
+       O1 = O1*sc1 + P1 V1[:, 256:]                        (P1 from registers)
+Both halves end the pair as (O*sc0 + P0 V0)*sc1 + P1 V1 in units of m1. P0 is shared unscaled and WG1 applies
+sc1 to its accumulator, so neither warpgroup keeps an fp32 P tile alive across a product. The row sums l are
+kept per warpgroup (each rescaled like its own O half) and added at the end. Scores are in log2 units
+(scale * log2(e) folded in) and exp2 is used; the running max starts at a finite -1e30 so that fully masked
+rows never compute inf - inf.
+
+Refills. Each kv slot holds two 64x256 ckv halves, the 64x64 kpe tile and the 2x64 int32 mask words; their 4
+TMA copies arrive on the slot's barrier k_bar[slot]. A piece is refilled with the next pair's block by its
+last reader, right after its last use (products wait for their wgmma before returning):
+  slot 0 half 0, kpe 0, mask 0: read only by WG0 (Q K0^T, P0 V0[:, :256]) -> WG0 after its P0 V0;
+  slot 0 half 1: WG0's Q K0^T (done before s0) and WG1's P0 V0[:, 256:] -> WG1 after that product;
+  slot 1 half 0: WG1's Q K1^T (done before s1) and WG0's P1 V1[:, :256] -> WG0 after that product;
+  slot 1 half 1, kpe 1, mask 1: read only by WG1 -> WG1 after its P1 V1.
+The shared P0 tile and (m0, sc0) are rewritten by WG0 for pair i+1 only after it waited k_bar[0] for that pair,
+which completes only after WG1 issued its slot 0 half 1 refill, i.e. after WG1 read (m0, sc0) and finished its
+P0 V0 of pair i. P1 and (sc1, m1) are rewritten by WG1 only after waiting s0 of pair i+1, which WG0 arrives
+after its P1 V1 of pair i. No other barriers are needed.
 
 Visibility (as reference.py): key s is visible to query t iff s < cache_len[b], or 0 <= s - cache_len[b] < T
 and block_mask[b, t, s - cache_len[b]]; keys past cache_len[b] + T never are. The visible range is covered by
@@ -47,24 +59,23 @@ Shapes (B batch, T query tokens, H heads, S cache slots, M = T*H rows, Mpad = 64
 Shared memory (GPU path, bytes): Q latent 2x64x256 bf16 = 65536; kv slots 2 x (2x64x256) bf16 = 131072 plus
 kpe 2x64x64 bf16 = 16384, the same 147456 bytes reused at the end for the fp32 output staging (2x64x256 f32 =
 131072, a RefUnion); q_pe 64x64 bf16 = 8192, reused for P1 once both warpgroups hold q_pe in registers (a
-RefUnion); P0 64x64 bf16 = 8192; mask words 2x2x64 i32 = 1024; row vectors 4x64 f32 = 1024; 9 mbarriers = 72.
-Total 231496 bytes (as reported by Mosaic GPU when lowering), against the 232448-byte (227 KiB) opt-in limit
-of sm_90: 952 bytes spare, so it only fits with CompilerParams(reduction_scratch_bytes=0) (the default
-reserves 2048 bytes of reduction scratch and overflows; the kernel's row reductions are warp-local and need
-none). There is no room for a deeper kv pipeline.
+RefUnion); P0 64x64 bf16 = 8192; mask words 2x2x64 i32 = 1024; row vectors 4x64 f32 = 1024; 7 mbarriers = 56.
+Total 231480 bytes, against the 232448-byte (227 KiB) opt-in limit of sm_90: it only fits with
+CompilerParams(reduction_scratch_bytes=0) (the default reserves 2048 bytes of reduction scratch and overflows;
+the kernel's row reductions are warp-local and need none). There is no room for a deeper kv pipeline, and one
+CTA fills an SM.
 
 Interpret mode (interpret=True, CPU) runs the same kernel body with the differences interpret mode requires:
-its wgmma accepts only shared-memory LHS operands, so the register operands (q_pe and the P tile of each
-warpgroup) are staged through extra shared-memory buffers (q_pe stays in its own buffer, with no union with
-P1), and `pl.run_state(ACC.init(o))` is not supported, so each P V product goes into a fresh accumulator
-and is added to o in registers. Interpret mode does NOT exercise: register-operand wgmma and in-place
-accumulation, the shared-memory budget and the RefUnion aliasing of the GPU path, the real layouts /
-swizzles / TMA descriptors, approximate math (approx_math=True: exp2/divide differ slightly on a GPU),
-warpgroup register reallocation, or any performance aspect. Its race detector (detect_races=True, always on
-here) catches races on plain shared-memory loads/stores between the warpgroups (dropping the s1 barrier is
-flagged), but it did NOT flag a deliberately removed v1 barrier (WG0's TMA refill of kv slot 1 overwriting
-data that WG1's wgmma may still read): wgmma operand reads versus TMA writes are apparently not tracked, so the slot
-reuse protocol above is verified by reasoning only.
+its wgmma accepts only shared-memory LHS operands, so q_pe stays in its own buffer (no union with P1) and each
+warpgroup reads its own P tile from the smem copy it has just written for the other one; and
+`pl.run_state(ACC.init(o))` is not supported, so each P V product goes into a fresh accumulator and is added
+to o in registers. Interpret mode does NOT exercise: register-operand wgmma and in-place accumulation, the
+shared-memory budget and the RefUnion aliasing of the GPU path, the real layouts / swizzles / TMA descriptors,
+approximate math (approx_math=True: exp2/divide differ slightly on a GPU), or any performance aspect. Its race
+detector (detect_races=True, always on here) catches races on plain shared-memory loads/stores between the
+warpgroups (dropping the s1 barrier is flagged), but wgmma operand reads versus TMA writes are apparently not
+tracked (a deliberately removed slot barrier of an earlier version went unflagged), so the refill protocol
+above is verified by reasoning and by the GPU tests only.
 
 Private JAX APIs: none in this module (interpret mode goes through plgpu.kernel(interpret=InterpretGPUParams)
 and a CPU run traces under jax.sharding.use_abstract_mesh with an AbstractDevice, as the CUDA lowering test
@@ -414,7 +425,7 @@ def _abstract_gpu_context():
 
 def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_splits=None,
                          interpret=False):
-  """Absorbed MLA tree attention (same contract as reference.mla_attention_reference). EXPERIMENTAL.
+  """Absorbed MLA tree attention (same contract as reference.mla_attention_reference).
 
   q_lat [B,T,H,512] bf16; q_pe [B,T,H,64] bf16; ckv [B,S,512] bf16; kpe [B,S,64] bf16 (S % 128 == 0);
   cache_len [B] int32; block_mask [B,T,T] bool. Returns [B,T,H,512] bf16.

@@ -9,7 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # private: race detector state
+
+import custom_calls
+from configs.tiny import tiny
+from ddtree_jax.model.mla import MLA
+from ddtree_jax.model.rope import rope_cos_sin, yarn_inv_freq
 
 from custom_calls.mla_attention import MOSAIC_MIN_ROWS, mla_attention
 from custom_calls.mla_attention.mosaic_gpu import _mla_attention, default_num_splits, mla_attention_mosaic, supported
@@ -104,6 +110,44 @@ def test_bad_inputs():
   short = make_inputs(6, 1, 2, 4, 192)
   with pytest.raises(ValueError, match="multiple of 128"):
     mla_attention_mosaic(*short, scale=SCALE, interpret=True)
+
+
+def test_model_layer_tree_verify(monkeypatch):
+  """One absorbed MLA layer of a model with K2.6's latent dims (R 512, P 64) in bf16 verifying a tree block on a
+  ragged cache: the Mosaic kernel (interpret mode, through the dispatch) gives the XLA path's output and cache."""
+  cfg = tiny(kv_lora_rank=R, qk_rope_head_dim=P, num_attention_heads=4)
+  layer = MLA(cfg, dtype=jnp.bfloat16, rngs=nnx.Rngs(3))
+  b, t, s = 2, 6, 256
+  rng = np.random.default_rng(8)
+  ks = jax.random.split(jax.random.PRNGKey(8), 3)
+  x = jax.random.normal(ks[0], (b, t, cfg.hidden_size), jnp.float32).astype(jnp.bfloat16)
+  ckv = jax.random.normal(ks[1], (b, s, R), jnp.float32).astype(jnp.bfloat16)      # committed context
+  kpe = jax.random.normal(ks[2], (b, s, P), jnp.float32).astype(jnp.bfloat16)
+  cache_len = jnp.asarray([37, 190], jnp.int32)
+  depth = np.arange(t)                              # tree nodes sit at cache_len + depth
+  positions = cache_len[:, None] + jnp.asarray(np.minimum(depth, 3))[None, :]
+  inv_freq, mult = yarn_inv_freq(cfg.qk_rope_head_dim, cfg.rope_theta, cfg.rope_scaling)
+  cos, sin = rope_cos_sin(positions, jnp.asarray(inv_freq), mult)
+  mask = jnp.asarray(ancestor_masks(rng, b, t))
+  calls = []
+  dispatch = custom_calls.mla_attention
+
+  def run(impl):
+    def attend(*args, **kw):
+      calls.append(impl)
+      return dispatch(*args, **kw, impl=impl)
+    monkeypatch.setattr(custom_calls, "mla_attention", attend)
+    return layer(x, cos, sin, ckv, kpe, cache_len, mask, absorbed=True)
+
+  out, ckv_k, kpe_k = run("mosaic_interpret")
+  assert not gpu_callbacks.get_races().races_found, "interpret mode found a race"
+  ref, ckv_r, kpe_r = run("xla")
+  assert calls == ["mosaic_interpret", "xla"]
+  np.testing.assert_array_equal(np.asarray(ckv_k, np.float32), np.asarray(ckv_r, np.float32))
+  np.testing.assert_array_equal(np.asarray(kpe_k, np.float32), np.asarray(kpe_r, np.float32))
+  err = rel_err(out, ref.astype(jnp.float32))
+  print(f"rel_err {err:.2e}")
+  assert err < 2e-2
 
 
 def test_supported_shapes_and_default_splits():

@@ -12,7 +12,7 @@ import jax
 
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 
-_IMPLS = ("auto", "xla", "pallas", "pallas_interpret", "mosaic")
+_IMPLS = ("auto", "xla", "pallas", "pallas_interpret", "mosaic", "mosaic_interpret")
 MOSAIC_MIN_ROWS = 64   # T x H from which "auto" runs the Mosaic GPU kernel on trees (one full 64-row tile)
 
 
@@ -22,7 +22,8 @@ def mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, impl="
   impl: "auto" (on GPU backends: the Mosaic GPU kernel for T >= 2 and T x H >= MOSAIC_MIN_ROWS where it supports
   the shapes, else the Pallas Triton kernel where it does, else the XLA reference), "xla" (the reference),
   "pallas" (the Triton kernel; GPU), "pallas_interpret" (the Triton kernel run by the Pallas interpreter, for CPU
-  tests), "mosaic" (the Mosaic GPU kernel; Hopper GPU).
+  tests), "mosaic" (the Mosaic GPU kernel; Hopper GPU), "mosaic_interpret" (the Mosaic GPU kernel in Mosaic GPU
+  interpret mode, for CPU tests).
   """
   if impl not in _IMPLS:
     raise ValueError(f"mla_attention: unknown impl {impl!r}; expected one of {_IMPLS}")
@@ -31,9 +32,11 @@ def mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, impl="
   # imported lazily: Pallas is not needed for "xla"
   from custom_calls.mla_attention import mosaic_gpu, pallas_triton
   args = (q_lat, q_pe, ckv, kpe, cache_len, block_mask)
-  if impl == "mosaic" or (impl == "auto" and jax.default_backend() == "gpu" and mosaic_gpu.supported(*args)
-                          and q_lat.shape[1] >= 2 and q_lat.shape[1] * q_lat.shape[2] >= MOSAIC_MIN_ROWS):
-    return mosaic_gpu.mla_attention_mosaic(*args, scale=scale)       # raises a clear error if unsupported
+  if impl in ("mosaic", "mosaic_interpret") or (
+      impl == "auto" and jax.default_backend() == "gpu" and mosaic_gpu.supported(*args)
+      and q_lat.shape[1] >= 2 and q_lat.shape[1] * q_lat.shape[2] >= MOSAIC_MIN_ROWS):
+    # raises a clear error for shapes it does not support
+    return mosaic_gpu.mla_attention_mosaic(*args, scale=scale, interpret=(impl == "mosaic_interpret"))
   if impl == "auto":
     if jax.default_backend() != "gpu" or not pallas_triton.supported(q_lat, q_pe, ckv, kpe):
       return mla_attention_reference(*args, scale=scale)

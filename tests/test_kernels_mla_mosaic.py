@@ -18,7 +18,8 @@ from ddtree_jax.model.mla import MLA
 from ddtree_jax.model.rope import rope_cos_sin, yarn_inv_freq
 
 from custom_calls.mla_attention import MOSAIC_MIN_ROWS, mla_attention
-from custom_calls.mla_attention.mosaic_gpu import _mla_attention, default_num_splits, mla_attention_mosaic, supported
+from custom_calls.mla_attention.mosaic_gpu import (_mla_attention, default_num_splits, device_supported,
+                                                   mla_attention_mosaic, supported)
 from custom_calls.mla_attention.reference import mla_attention_reference
 from custom_calls.random_inputs import ancestor_masks
 
@@ -166,6 +167,21 @@ def test_supported_shapes_and_default_splits():
   assert default_num_splits(1, 64, 1024) == 4                # capped by the 8 key pairs
 
 
+def test_device_supported_only_on_hopper(monkeypatch):
+  """The dispatch picks the Mosaic kernel only where every local device is an sm_90 GPU."""
+  assert not device_supported()                                   # this CPU machine
+
+  class FakeGpu:
+    platform = "gpu"
+
+    def __init__(self, cc):
+      self.compute_capability = cc
+  for devices, want in (([FakeGpu("9.0")] * 2, True), ([FakeGpu("12.0")], False), ([FakeGpu("8.0")], False),
+                        ([FakeGpu("9.0"), FakeGpu("8.9")], False), ([], False)):
+    monkeypatch.setattr(jax, "local_devices", lambda devices=devices: devices)
+    assert device_supported() is want, devices
+
+
 def test_lowers_for_cuda_k26_shape():
   """The GPU kernel (register wgmma operands, RefUnions, reduction_scratch_bytes=0) fits an H200's smem."""
   b, t, h, s = 1, 257, 8, 4096
@@ -197,6 +213,9 @@ def test_gpu_matches_reference(b, t, h, s):
 def test_gpu_dispatch_matches_reference(t, h):
   """impl="auto": the Mosaic kernel for trees of 64 query rows or more, the Triton kernel for fewer rows and for
   decode (both checked here)."""
+  kind = jax.devices()[0].device_kind
+  if any(hopper in kind for hopper in ("H100", "H200", "H800", "H20")):
+    assert device_supported(), f"{kind}: the dispatch would not pick the Mosaic kernel"
   args = make_inputs(30 + t * h, 2, t, h, 2048)
   out = mla_attention(*args, scale=SCALE, impl="auto")
   assert rel_err(out, reference_f32(args)) < 2e-2

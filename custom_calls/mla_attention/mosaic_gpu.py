@@ -125,6 +125,13 @@ def default_num_splits(batch, num_rows, num_keys, num_sms=_NUM_SMS):
   return int(max(1, min(num_sms // programs, max_splits)))
 
 
+def device_supported():
+  """Whether this process's GPUs are Hopper (sm_90: wgmma and TMA as this kernel uses them); False on CPUs."""
+  devices = jax.local_devices()
+  return bool(devices) and all(d.platform == "gpu" and str(getattr(d, "compute_capability", "")).startswith("9.")
+                               for d in devices)
+
+
 def supported(q_lat, q_pe, ckv, kpe, cache_len=None, block_mask=None):
   """Shapes and dtypes the kernel handles: K2.6's R 512 and P 64, bf16, S a multiple of 128."""
   return (q_lat.ndim == 4 and q_lat.shape[-1] == R and q_pe.shape[-1] == P and ckv.shape[-1] == R

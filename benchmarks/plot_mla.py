@@ -1,8 +1,8 @@
 """Plot the MLA kernels' fraction of the roofline per shape from `benchmarks/kernels.py --only mla` JSON files.
 
-  python benchmarks/plot_mla.py --final benchmarks/results/issue6_r7/call3/mla/kernels.json \
-      --earlier benchmarks/results/issue6_r6/call2/mla/kernels.json,benchmarks/results/issue6_r6/call3/mla/kernels.json \
-      --out benchmarks/results/mla_h200_r7.png
+  R=benchmarks/results
+  python benchmarks/plot_mla.py --final $R/issue6_r7/call3/mla/kernels.json \
+      --earlier $R/issue6_r6/call2/mla/kernels.json,$R/issue6_r6/call3/mla/kernels.json --out $R/mla_h200_r7.png
 
 One pair of bars per shape (B, T queries, H heads, context), in the order of the `--final` run: the earlier
 run's best time (`--earlier`, e.g. round 6, Triton only) and the final run's (e.g. round 7, the dispatch), each

@@ -436,7 +436,7 @@ def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
 
   q_lat [B,T,H,512] bf16; q_pe [B,T,H,64] bf16; ckv [B,S,512] bf16; kpe [B,S,64] bf16 (S % 128 == 0);
   cache_len [B] int32; block_mask [B,T,T] bool. Returns [B,T,H,512] bf16.
-  num_splits: key splits per (sequence, row tile) (None: about one wave of 132 SMs, >= 2 pairs a split).
+  num_splits: key splits per (sequence, row tile) (None: default_num_splits, at most one wave of 132 CTAs).
   interpret: run under Mosaic GPU interpret mode (CPU), with the race detector on.
   """
   _check(q_lat, q_pe, ckv, kpe, cache_len, block_mask)

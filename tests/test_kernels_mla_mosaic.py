@@ -14,14 +14,13 @@ from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # private: race 
 
 import custom_calls
 from configs.tiny import tiny
-from ddtree_jax.model.mla import MLA
-from ddtree_jax.model.rope import rope_cos_sin, yarn_inv_freq
-
 from custom_calls.mla_attention import MOSAIC_MIN_ROWS, mla_attention
 from custom_calls.mla_attention.mosaic_gpu import (_mla_attention, default_num_splits, device_supported,
                                                    mla_attention_mosaic, supported)
 from custom_calls.mla_attention.reference import mla_attention_reference
 from custom_calls.random_inputs import ancestor_masks
+from ddtree_jax.model.mla import MLA
+from ddtree_jax.model.rope import rope_cos_sin, yarn_inv_freq
 
 SCALE = 0.0417  # about 1/sqrt(576)
 R, P = 512, 64
@@ -125,8 +124,8 @@ def test_model_layer_tree_verify(monkeypatch):
   ckv = jax.random.normal(ks[1], (b, s, R), jnp.float32).astype(jnp.bfloat16)      # committed context
   kpe = jax.random.normal(ks[2], (b, s, P), jnp.float32).astype(jnp.bfloat16)
   cache_len = jnp.asarray([37, 190], jnp.int32)
-  depth = np.arange(t)                              # tree nodes sit at cache_len + depth
-  positions = cache_len[:, None] + jnp.asarray(np.minimum(depth, 3))[None, :]
+  # RoPE positions of the nodes (cache_len + a depth); both paths see the same ones
+  positions = cache_len[:, None] + jnp.asarray(np.minimum(np.arange(t), 3))[None, :]
   inv_freq, mult = yarn_inv_freq(cfg.qk_rope_head_dim, cfg.rope_theta, cfg.rope_scaling)
   cos, sin = rope_cos_sin(positions, jnp.asarray(inv_freq), mult)
   mask = jnp.asarray(ancestor_masks(rng, b, t))

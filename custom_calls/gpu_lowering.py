@@ -11,7 +11,6 @@ import contextlib
 from typing import Any, Callable
 
 import jax
-from jax._src import mesh as mesh_lib
 from jax._src.pallas.triton import pallas_call_registration
 
 
@@ -32,10 +31,16 @@ def _watch_triton_modules(on_module: Callable[[Any], None]):
     lowering.lower_jaxpr_to_triton_module = original
 
 
+def abstract_gpu_mesh(device_kind: str = "NVIDIA H200", num_cores: int = 132):
+  """A one-device abstract mesh of an NVIDIA GPU: under jax.sharding.use_abstract_mesh(it), Pallas kernels
+  (Triton, and Mosaic GPU in interpret mode too) trace and lower for the GPU on a machine without one."""
+  device = jax.sharding.AbstractDevice(device_kind=device_kind, num_cores=num_cores, platform="gpu")
+  return jax.sharding.AbstractMesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=device)
+
+
 def lower_for_abstract_gpu(fn, *abstract_args, on_module: Callable[[Any], None],
                            device_kind: str = "NVIDIA H200", num_cores: int = 132):
   """jax.jit(fn) lowered for CUDA with an abstract `device_kind`; on_module(mlir module) per Triton kernel."""
-  device = mesh_lib.AbstractDevice(device_kind=device_kind, num_cores=num_cores, platform="gpu")
-  mesh = jax.sharding.AbstractMesh((1,), ("x",), axis_types=(jax.sharding.AxisType.Auto,), abstract_device=device)
+  mesh = abstract_gpu_mesh(device_kind, num_cores)
   with _watch_triton_modules(on_module), jax.sharding.use_abstract_mesh(mesh):
     return jax.jit(fn).trace(*abstract_args).lower(lowering_platforms=("cuda",))

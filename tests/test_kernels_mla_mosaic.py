@@ -14,6 +14,7 @@ from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # private: race 
 
 import custom_calls
 from configs.tiny import tiny
+from custom_calls.gpu_lowering import abstract_gpu_mesh
 from custom_calls.mla_attention import MOSAIC_MIN_ROWS, mla_attention
 from custom_calls.mla_attention.mosaic_gpu import (_mla_attention, default_num_splits, device_supported,
                                                    mla_attention_mosaic, supported)
@@ -189,8 +190,7 @@ def test_lowers_for_cuda_k26_shape():
           sd((b, s, P), jnp.bfloat16), sd((b,), jnp.int32), sd((b, t, t), jnp.bool_))
   num_splits = default_num_splits(b, t * h, s)
   assert num_splits == 4                                         # 33 row tiles x 4 splits ~ one H200 wave
-  dev = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", platform="gpu", num_cores=132)
-  with jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=dev)):
+  with jax.sharding.use_abstract_mesh(abstract_gpu_mesh()):
     lowered = _mla_attention.trace(*args, scale=SCALE, num_splits=num_splits, interpret=False).lower(
         lowering_platforms=("cuda",))
   assert "mosaic_gpu" in lowered.as_text()

@@ -78,8 +78,8 @@ tracked (a deliberately removed slot barrier of an earlier version went unflagge
 above is verified by reasoning and by the GPU tests only.
 
 Private JAX APIs: none in this module (interpret mode goes through plgpu.kernel(interpret=InterpretGPUParams)
-and a CPU run traces under jax.sharding.use_abstract_mesh with an AbstractDevice, as the CUDA lowering test
-does). The Mosaic GPU Pallas API itself (plgpu.kernel, RefUnion, wgmma, Layout.WGMMA, run_state on ACC) is
+and a CPU run traces under jax.sharding.use_abstract_mesh(gpu_lowering.abstract_gpu_mesh()), as the CUDA
+lowering test does). The Mosaic GPU Pallas API itself (plgpu.kernel, RefUnion, wgmma, Layout.WGMMA, run_state on ACC) is
 experimental and changes between JAX versions; written against jax 0.11.2. The tests read the interpret-mode
 race detector through the private jax._src.pallas.mosaic_gpu.interpret.gpu_callbacks.get_races().
 
@@ -97,6 +97,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from custom_calls.gpu_lowering import abstract_gpu_mesh
 from custom_calls.mla_attention.pallas_triton import combine_splits
 
 BM = 64          # query rows per CTA
@@ -426,8 +427,7 @@ def _abstract_gpu_context():
   """On a machine without a GPU, trace against an abstract H200 so that the kernel sees a GPU target."""
   if any(d.platform == "gpu" for d in jax.devices()):
     return contextlib.nullcontext()
-  dev = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", platform="gpu", num_cores=_NUM_SMS)
-  return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((), (), abstract_device=dev))
+  return jax.sharding.use_abstract_mesh(abstract_gpu_mesh(num_cores=_NUM_SMS))
 
 
 def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_splits=None,

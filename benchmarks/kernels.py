@@ -182,8 +182,9 @@ def mla_xla_bf16(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale):
 
 
 def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mosaic_only=False):
-  """only_shapes: [(B, T, H, ctx)] to run instead of the full grid; no_sweep: default configs only;
-  mosaic_only: the default config and the Mosaic GPU kernel only."""
+  """only_shapes: [(B, T, H, ctx)] to run instead of the full grid; no_sweep: the dispatch only (config
+  kernel="default": custom_calls.mla_attention, impl auto); mosaic_only: the dispatch and the Mosaic GPU kernel.
+  Other configs: kernel="mosaic" (mosaic_gpu.py) or none (pallas_triton.py), with their keyword arguments."""
   if smoke:
     shapes = [(1, 1, 8, 256), (1, 5, 8, 256), (2, 3, 4, 128)]
     sweep = {(1, 1, 8, 256): [dict(block_k=32, num_splits=4)]}
@@ -237,12 +238,12 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
       row.update(bytes=bytes_, flops=flops, roofline_s=roof, bound="memory" if bytes_ / copy_bw > flops / mm else "compute")
       big = b * t * h * s * 4 > 12e9
       ref = (mla_xla_bf16 if big else mla_attention_reference)(*args, scale=SCALE)
-      configs = [dict()] + sweep.get((b, t, h, s), [])
+      configs = [dict(kernel="default")] + sweep.get((b, t, h, s), [])
       best = None
       for cfg in configs:
         try:
           kw = {k: v for k, v in cfg.items() if k != "kernel"}
-          if not cfg:          # what the model runs: the dispatch (custom_calls.mla_attention)
+          if cfg.get("kernel") == "default":          # the dispatch the model runs
             fn = functools.partial(mla_attention, scale=SCALE, impl="pallas_interpret" if interp else "auto")
           elif cfg.get("kernel") == "mosaic":
             fn = functools.partial(mla_attention_mosaic, scale=SCALE, **kw)

@@ -30,8 +30,6 @@ def _timed_rows(paths):
 
 
 def mla_figure(final_paths, earlier_paths=(), final_label="final", earlier_label="earlier"):
-  import matplotlib
-  matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   import numpy as np
 
@@ -66,6 +64,8 @@ def main(argv=None):
   ap.add_argument("--earlier-label", default="round 6: Triton kernel")
   ap.add_argument("--out", required=True, help="PNG to write")
   a = ap.parse_args(argv)
+  import matplotlib
+  matplotlib.use("Agg")
   fig = mla_figure(a.final.split(","), [p for p in a.earlier.split(",") if p], a.final_label, a.earlier_label)
   fig.savefig(a.out, dpi=110)
   print(f"wrote {a.out}")

@@ -181,9 +181,10 @@ def mla_xla_bf16(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale):
   return jnp.einsum("bths,bsr->bthr", p.astype(ckv.dtype), ckv, preferred_element_type=f32).astype(q_lat.dtype)
 
 
-def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mosaic_only=False):
+def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mosaic_only=False, configs=None):
   """only_shapes: [(B, T, H, ctx)] to run instead of the full grid; no_sweep: the dispatch only (config
-  kernel="default": custom_calls.mla_attention, impl auto); mosaic_only: the dispatch and the Mosaic GPU kernel.
+  kernel="default": custom_calls.mla_attention, impl auto); mosaic_only: the dispatch and the Mosaic GPU kernel;
+  configs: these configs (after the dispatch) for every shape instead of the built-in sweep.
   Other configs: kernel="mosaic" (mosaic_gpu.py) or none (pallas_triton.py), with their keyword arguments."""
   if smoke:
     shapes = [(1, 1, 8, 256), (1, 5, 8, 256), (2, 3, 4, 128)]
@@ -219,6 +220,8 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
     shapes = only_shapes
   if no_sweep:
     sweep = {}
+  if configs:
+    sweep = {shape: list(configs) for shape in shapes}
   if mosaic_only:
     sweep = {k: [c for c in v if c.get("kernel") == "mosaic"] for k, v in sweep.items()}
   interp = smoke
@@ -543,6 +546,9 @@ def main():
                   help="MLA: the dispatched kernel (custom_calls.mla_attention, impl auto) only")
   ap.add_argument("--mla-mosaic", action="store_true",
                   help="MLA: the dispatched default and the Mosaic GPU kernel (mosaic_gpu.py, its split sweep) only")
+  ap.add_argument("--mla-configs", default="",
+                  help='MLA: a JSON list of configs timed at every shape after the dispatch, e.g. '
+                       '\'[{"kernel": "mosaic", "schedule": "early"}]\' (keys: "kernel" and the kernel\'s keyword arguments)')
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")
@@ -559,7 +565,8 @@ def main():
   if a.only in ("mla", "all"):
     bench_mla(copy_bw, mm, a.smoke, a.budget,
               only_shapes=[tuple(map(int, v.split(","))) for v in a.mla_shapes.split(";") if v],
-              no_sweep=a.mla_no_sweep, mosaic_only=a.mla_mosaic)
+              no_sweep=a.mla_no_sweep, mosaic_only=a.mla_mosaic,
+              configs=json.loads(a.mla_configs) if a.mla_configs else None)
   t = table()
   with open(os.path.join(OUT, "kernels_table.md"), "w") as f:
     f.write(t + "\n")

@@ -1,5 +1,5 @@
 # Issue 6 eighth round, GPU call 1: where the Mosaic MLA kernel spills (SASS / PTX dumps of the "base" and
-# "early" schedules), the GPU tests of every schedule x per-split dtype, then the schedules and bf16 partials
+# "early" schedules; the dumps came back too large, 366 MB of MLIR pass logs), the GPU tests of every schedule x per-split dtype, then the schedules and bf16 partials
 # timed on the compute-bound shapes next to the dispatched default (base, f32 partials).
 set -x
 mkdir -p $OUT/mla

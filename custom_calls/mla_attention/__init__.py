@@ -2,11 +2,11 @@
 
 Kernels: pallas_triton.py (any shape on GPUs: decode, a few rows, small models); mosaic_gpu.py (Hopper wgmma,
 two warpgroups, sm_90 only; K2.6 dimensions only: R 512, P 64, bf16, S a multiple of 128) for trees and blocks
-(T >= 2) of 64 query rows (T x H) or more. On the H200 (benchmarks/RESULTS.md, issue 6 seventh round) it beat
-the Triton kernel at every such shape timed: 1 x 257 x 64 heads x 32K 2.74 ms against 4.60, 8 x 16 x 64 x 4K
-0.211 against 0.328, 1 x 64 x 8 x 32K 0.129 against 0.170. Decode (T = 1) stays on Triton even with 64 heads: Mosaic won
-at 128K (0.097 against 0.104 ms) but lost at 32K (0.056 against 0.047, different runs): its fixed cost per
-split (the Q tile in, a 64 x 512 fp32 partial out) is large against a few key pairs.
+(T >= 2) of 64 query rows (T x H) or more. On the H200 (benchmarks/RESULTS.md, issue 6 eighth round) it beat
+the Triton kernel at every such shape timed: 1 x 257 x 64 heads x 32K 1.85 ms against 4.60, 8 x 16 x 64 x 4K
+0.135 against 0.328, 1 x 64 x 8 x 32K 0.086 against 0.170. Decode (T = 1) stays on Triton even with 64 heads: before
+the eighth round's spill fix Mosaic won at 128K (0.096 against 0.103 ms) but lost at 32K (0.051 against 0.049, same
+run); the fixed kernel has not been timed on decode yet.
 """
 import jax
 

@@ -1,11 +1,12 @@
 """Absorbed-MLA tree attention as a Pallas Mosaic GPU kernel (Hopper, FlashMLA-style "seesaw" layout).
 
 Status: dispatched by custom_calls.mla_attention (impl "auto") on GPUs for trees / blocks (T >= 2) of 64 query
-rows (T x H) or more, where the H200 timed it faster than the Triton kernel (benchmarks/RESULTS.md, issue 6
-seventh round: 0.41-0.62 of the roofline on the compute-bound shapes against Triton's 0.28-0.35). Same contract
-as reference.mla_attention_reference; the split-K + log-sum-exp combine is pallas_triton.combine_splits.
-Known limit: ptxas reports 255 registers and ~1.9 KB of spills a thread (the 64 x 256 fp32 accumulator half
-is 128 of them); finding what spills (SASS: MOSAIC_GPU_DUMP_SASS=1) is the next step for speed.
+rows (T x H) or more. H200 (benchmarks/RESULTS.md, issue 6 eighth round): 0.60-0.89 of the roofline on the
+compute-bound trees (up to 634 TFLOP/s), against the Triton kernel's 0.28-0.35. Same contract as
+reference.mla_attention_reference; the split-K + log-sum-exp combine is pallas_triton.combine_splits.
+Registers: 241 a thread, no spills (the 64 x 256 fp32 accumulator half is 128 of them). Every shared-memory index
+of the key loop goes through a zero read from memory (_opaque_zero): with static indices LLVM hoisted the wgmma
+descriptors out of the loop and ptxas spilled them (255 registers, 560 bytes of stack, about 1.5x slower).
 
 Design. One CTA = one sequence b, one tile of BM = 64 query rows (row m = t*H + h, rows padded to a multiple
 of 64 with zeros) and one key split j. Two compute warpgroups (WG0, WG1) share the CTA; the 64x512 fp32
@@ -48,19 +49,21 @@ visibility of the block's keys 0..31 and 32..63 (`mask_words`: [B, 1 + NTB, 2, M
 and serves the committed blocks, whose mask words are loaded but not used). In the kernel each warpgroup
 loads its row's two words in the row layout, broadcasts them and extracts bit (col & 31) of the word chosen
 by col < 32. Split-K: the pairs [0, p_end) are cut into num_splits contiguous parts on the device (from the
-dynamic length); each CTA writes its normalised fp32 partial output and its natural log-sum-exp (-inf for an
-empty split or a fully masked row, whose partial output is 0); XLA combines the splits.
+dynamic length); each CTA writes its normalised partial output (bf16 by default, `partial_dtype`) and its natural
+log-sum-exp (-inf for an empty split or a fully masked row, whose partial output is 0); XLA combines the splits.
+With one split the kernel's output is the result and there is no combine.
 
 Shapes (B batch, T query tokens, H heads, S cache slots, M = T*H rows, Mpad = 64*cdiv(M, 64), NS splits):
   q_lat [B,T,H,512] -> [B,Mpad,512]   q_pe [B,T,H,64] -> [B,Mpad,64]   ckv [B,S,512]   kpe [B,S,64]
   cache_len [B] i32   mask_words [B,1+NTB,2,Mpad] i32
-  outputs: o_part [B,NS,Mpad,512] f32, lse [B,NS,Mpad] f32 -> combined o [B,T,H,512] in q_lat.dtype (bf16).
+  zero [1] i32 (_opaque_zero)
+  outputs: o_part [B,NS,Mpad,512] partial_dtype, lse [B,NS,Mpad] f32 -> combined o [B,T,H,512] in q_lat.dtype.
 
 Shared memory (GPU path, bytes): Q latent 2x64x256 bf16 = 65536; kv slots 2 x (2x64x256) bf16 = 131072 plus
-kpe 2x64x64 bf16 = 16384, the same 147456 bytes reused at the end for the fp32 output staging (2x64x256 f32 =
-131072, a RefUnion); q_pe 64x64 bf16 = 8192, reused for P1 once both warpgroups hold q_pe in registers (a
-RefUnion); P0 64x64 bf16 = 8192; mask words 2x2x64 i32 = 1024; row vectors 4x64 f32 = 1024; 7 mbarriers = 56.
-Total 231480 bytes, against the 232448-byte (227 KiB) opt-in limit of sm_90: it only fits with
+kpe 2x64x64 bf16 = 16384, the same 147456 bytes reused at the end for the output staging (2x64x256, bf16 65536
+or f32 131072 bytes, a RefUnion); q_pe 64x64 bf16 = 8192, reused for P1 once both warpgroups hold q_pe in
+registers (a RefUnion); P0 64x64 bf16 = 8192; mask words 2x2x64 i32 = 1024; row vectors 4x64 f32 = 1024;
+7 mbarriers = 56. Total 231480 bytes, against the 232448-byte (227 KiB) opt-in limit of sm_90: it only fits with
 CompilerParams(reduction_scratch_bytes=0) (the default reserves 2048 bytes of reduction scratch and overflows;
 the kernel's row reductions are warp-local and need none). There is no room for a deeper kv pipeline, and one
 CTA fills an SM.

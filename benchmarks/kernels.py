@@ -548,7 +548,8 @@ def main():
                   help="MLA: the dispatched default and the Mosaic GPU kernel (mosaic_gpu.py, its split sweep) only")
   ap.add_argument("--mla-configs", default="",
                   help='MLA: a JSON list of configs timed at every shape after the dispatch, e.g. '
-                       '\'[{"kernel": "mosaic", "schedule": "early"}]\' (keys: "kernel" and the kernel\'s keyword arguments)')
+                       '\'[{"kernel": "mosaic", "partial_dtype": "float32"}]\' ("kernel" and the kernel\'s '
+                       'keyword arguments)')
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")

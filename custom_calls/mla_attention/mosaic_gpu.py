@@ -252,9 +252,11 @@ def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtyp
 
     def pv(o, p, slot, half):
       """o [BM,256] f32 += p [BM,BN] @ V[slot][:, 256*half : 256*(half+1)]; p: registers, or p0_s / p1_s."""
+      p_in_smem = any(p is tile for tile in (p0_s, p1_s))          # [1, BM, BN], indexed like every operand
+
       def product(acc):
         z = zero_ref[0]                                            # see _opaque_zero
-        plgpu.wgmma(acc, p.at[z] if p is p0_s or p is p1_s else p, kv_s.at[slot + z, half])
+        plgpu.wgmma(acc, p.at[z] if p_in_smem else p, kv_s.at[slot + z, half])
       if interp:
         def g(acc):
           product(acc)
@@ -392,11 +394,11 @@ def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtyp
 
 
 def _opaque_zero():
-  """[1] int32 zeros, read by the kernel in every key-pair step and added to its shared-memory indices. With static
-  indices LLVM hoists the ~80 wgmma smem descriptors of a step (Q, K, kpe, V and P tiles) out of the loop as
-  loop invariants; they do not fit beside the 128-register accumulator and ptxas spilled them (SASS of round 7's
-  build: ~60 LDL.64 descriptor reloads a pair, ahead of the HGMMAs, 560 bytes of stack). A zero the compiler
-  cannot see keeps each descriptor next to its use."""
+  """[1] int32 zeros, read inside every wgmma scope of the key loop and added to its shared-memory indices.
+  With static indices LLVM hoists the ~80 wgmma smem descriptors of a step (Q, K, kpe, V and P tiles) out of the
+  loop as loop invariants; they do not fit beside the 128-register accumulator and ptxas spilled them (SASS of
+  the build before the fix: 64 LDL.64 descriptor reloads a key pair, ahead of the HGMMAs; 560 bytes of stack).
+  A zero the compiler cannot see keeps each descriptor next to its use (241 registers, no spills)."""
   return jnp.zeros((1,), jnp.int32)
 
 

@@ -97,6 +97,7 @@ def test_tokens_identical_to_one_device(eight_devices):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_tokens_identical_full_matrix():
   """ar / dflash / ddtree on one device and on 8x1, 2x4 and 1x8."""
   res = _run(full=True)

@@ -190,6 +190,7 @@ def test_shipped_default_pair_layout():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_shipped_default_pair_is_lossless_in_fp32():
   from ddtree_jax.engine import Engine
   from ddtree_jax.train import pipeline

@@ -53,7 +53,11 @@ def log(*a):
   print(f"[{time.time() - T0:7.1f}s]", *a, flush=True)
 
 
-QUEUED = 8   # programs queued back to back per timing sample (see _per_call_median)
+# Programs queued back to back per timing sample (see _per_call_median). --smoke sets 1: Mosaic GPU interpret
+# mode runs the kernel's threads in io_callbacks that dispatch JAX work of their own, which can deadlock with a
+# computation queued behind the kernel on the CPU client (tests/test_kernels_mla_mosaic.py, run_interpret).
+QUEUED = 8
+SMOKE_K26_SHAPE = (1, 4, 16, 256)   # (B, T, H, ctx) of the --smoke MLA shape with K2.6's R 512 / P 64
 
 
 def _per_call_median(run, args, calls, reps):
@@ -189,8 +193,10 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
   configs: these configs (after the dispatch) for every shape instead of the built-in sweep.
   Other configs: kernel="mosaic" (mosaic_gpu.py) or none (pallas_triton.py), with their keyword arguments."""
   if smoke:
-    shapes = [(1, 1, 8, 256), (1, 5, 8, 256), (2, 3, 4, 128)]
-    sweep = {(1, 1, 8, 256): [dict(block_k=32, num_splits=4)]}
+    # R 64 / P 32 except the last shape, which has K2.6's latent dims so that the Mosaic kernel runs too
+    shapes = [(1, 1, 8, 256), (1, 5, 8, 256), (2, 3, 4, 128), SMOKE_K26_SHAPE]
+    sweep = {(1, 1, 8, 256): [dict(block_k=32, num_splits=4)],
+             SMOKE_K26_SHAPE: [dict(kernel="mosaic", num_splits=2, partial_dtype="float32")]}
   else:
     # the issue's grid, most important first (the budget cuts the tail): decode (memory-bound), then trees
     shapes = [(1, 1, 8, 131072), (1, 1, 64, 131072), (1, 1, 8, 32768), (1, 1, 64, 32768), (8, 1, 8, 32768),
@@ -233,10 +239,11 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
       continue
     row = {"B": b, "T": t, "H": h, "ctx": s}
     try:
-      args = mla_inputs(b * 1000 + t * 10 + h + s, b, t, h, s, *((64, 32) if smoke else ()))
+      dims = (64, 32) if smoke and (b, t, h, s) != SMOKE_K26_SHAPE else (512, 64)    # R, P
+      args = mla_inputs(b * 1000 + t * 10 + h + s, b, t, h, s, *dims)
       set_bytes = b * s * 576 * 2
       n_sets = 1 if smoke else int(min(8, max(1, math.ceil(300e6 / set_bytes))))
-      sets = [args] + [mla_inputs(7 + i + s, b, t, h, s, *((64, 32) if smoke else ())) for i in range(n_sets - 1)]
+      sets = [args] + [mla_inputs(7 + i + s, b, t, h, s, *dims) for i in range(n_sets - 1)]
       bytes_ = set_bytes + 2 * b * t * h * (512 + 64) * 2
       flops = 2 * b * t * h * s * (576 + 512)
       roof = max(bytes_ / copy_bw, flops / mm)
@@ -251,10 +258,10 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
           if cfg.get("kernel") == "default":          # the dispatch the model runs
             fn = functools.partial(mla_attention, scale=SCALE, impl="pallas_interpret" if interp else "auto")
           elif cfg.get("kernel") == "mosaic":
-            fn = functools.partial(mla_attention_mosaic, scale=SCALE, **kw)
+            fn = functools.partial(mla_attention_mosaic, scale=SCALE, interpret=interp, **kw)
           else:
             fn = functools.partial(mla_attention_pallas, scale=SCALE, interpret=interp, **kw)
-          err = rel_err(jax.jit(fn)(*args), ref)
+          err = rel_err(jax.block_until_ready(jax.jit(fn)(*args)), ref)   # waited for: see QUEUED
           dt, blocking = timeit(fn, sets, with_blocking=True)
           rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking)
           row.setdefault("configs", []).append(rec)
@@ -374,9 +381,11 @@ def moe_sweep(smoke):
   return rows, sweep
 
 
-def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=True, max_configs=0):
+def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=True, max_configs=0, configs=None):
   """rows: the M values to run (default: all of the sweep); kernels: which families of the sweep to time
-  (default all; 'default' = the dispatch's defaults); baselines: time ragged_dot and the XLA reference too."""
+  (default all; 'default' = the dispatch's defaults); baselines: time ragged_dot and the XLA reference too;
+  configs: these configs (after the dispatch's default) at every row count instead of the built-in sweep
+  (then `kernels` and `max_configs` do not apply)."""
   if smoke:
     e, d, inter = 6, 256, 128
   else:
@@ -388,6 +397,8 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
     sweep = {m: [c for c in cfgs if c.get("kernel", "grouped") in kernels] for m, cfgs in sweep.items()}
   if max_configs:
     sweep = {m: cfgs[:max_configs] for m, cfgs in sweep.items()}
+  if configs:
+    sweep = {m: list(configs) for m in ms}
   base = moe_inputs(0, max(ms), e, d, inter)
   experts = base[3:]
   # bf16 weights for the ragged_dot baseline: [E, D, I] gate/up, [E, I, D] down.
@@ -414,7 +425,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
       ref = routed_experts_int4_reference(*args, expert_offset=0)
       row["harness_floor_s"] = harness_floor(arg_sets)        # recorded to be read next to the fractions
       best = None
-      with_default = not kernels or "default" in kernels
+      with_default = not kernels or "default" in kernels or bool(configs)
       for cfg in ([dict(kernel="default")] if with_default else []) + sweep.get(m, []):
         try:
           kw = {k: v for k, v in cfg.items() if k != "kernel"}
@@ -423,7 +434,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
                                    impl="pallas_interpret" if smoke else "pallas")
           else:
             fn = functools.partial(MOE_KERNELS[cfg.get("kernel", "grouped")], expert_offset=0, interpret=smoke, **kw)
-          err = rel_err(jax.jit(fn)(*args), ref)
+          err = rel_err(jax.block_until_ready(jax.jit(fn)(*args)), ref)   # waited for: see QUEUED
           dt, blocking = timeit(fn, arg_sets, with_blocking=True)
           rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking)
           row.setdefault("configs", []).append(rec)
@@ -538,6 +549,7 @@ def table():
 
 
 def main():
+  global QUEUED
   ap = argparse.ArgumentParser()
   ap.add_argument("--smoke", action="store_true", help="tiny shapes, Pallas interpreter (CPU dry run)")
   ap.add_argument("--only", choices=["mla", "moe", "moe_parts", "all"], default="all")
@@ -552,10 +564,15 @@ def main():
                   help='MLA: a JSON list of configs timed at every shape after the dispatch, e.g. '
                        '\'[{"kernel": "mosaic", "partial_dtype": "float32"}]\' ("kernel" and the kernel\'s '
                        'keyword arguments)')
+  ap.add_argument("--moe-configs", default="",
+                  help='MoE: a JSON list of configs timed at every row count after the dispatch, e.g. '
+                       '\'[{"kernel": "gemv", "block_k": 512}]\' ("kernel": gemv or grouped, and its keyword arguments)')
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")
   a = ap.parse_args()
+  if a.smoke:
+    QUEUED = 1
   log(f"jax {jax.__version__}, backend {jax.default_backend()}, devices {jax.devices()}")
   copy_bw, mm = roofline(a.smoke)
   flush()
@@ -564,7 +581,8 @@ def main():
   if a.only in ("moe", "all"):
     bench_moe(copy_bw, mm, a.smoke, a.budget if a.only == "moe" else a.budget * 0.42,
               rows=[int(v) for v in a.moe_rows.split(",") if v], kernels=[v for v in a.moe_kernels.split(",") if v],
-              baselines=not a.no_baselines, max_configs=a.moe_max_configs)
+              baselines=not a.no_baselines, max_configs=a.moe_max_configs,
+              configs=json.loads(a.moe_configs) if a.moe_configs else None)
   if a.only in ("mla", "all"):
     bench_mla(copy_bw, mm, a.smoke, a.budget,
               only_shapes=[tuple(map(int, v.split(","))) for v in a.mla_shapes.split(";") if v],

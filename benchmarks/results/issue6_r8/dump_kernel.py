@@ -4,6 +4,8 @@ variables of the caller dump its PTX / SASS / ptxas report (issue 6 eighth round
 import argparse
 import sys
 
+import jax
+
 sys.path.insert(0, "tests")
 from test_kernels_mla_mosaic import SCALE, make_inputs, mla_attention_mosaic, reference_f32, rel_err  # noqa: E402
 
@@ -12,5 +14,7 @@ ap.add_argument("--partial_dtype", default="bfloat16")
 ap.add_argument("--interpret", action="store_true")
 a = ap.parse_args()
 args = make_inputs(3, 1, 257 if not a.interpret else 9, 8, 4096 if not a.interpret else 256)
-out = mla_attention_mosaic(*args, scale=SCALE, partial_dtype=a.partial_dtype, interpret=a.interpret)
+# waited for before the reference is dispatched (interpret mode can deadlock otherwise: tests/test_kernels_mla_mosaic.py)
+out = jax.block_until_ready(mla_attention_mosaic(*args, scale=SCALE, partial_dtype=a.partial_dtype,
+                                                 interpret=a.interpret))
 print(f"partial {a.partial_dtype}: rel_err {rel_err(out, reference_f32(args)):.2e}")

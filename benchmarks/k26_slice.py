@@ -47,7 +47,6 @@ import numpy as np
 import custom_calls
 from ddtree_jax.model.norm import rms_norm
 from ddtree_jax.model.rope import apply_rope_interleaved, rope_cos_sin, yarn_inv_freq
-from ddtree_jax.model.router import noaux_tc_route
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,6 @@
 """Kimi tiktoken tokenizer (split pattern, 256 specials after the base vocabulary), tokenizer.json, chat format."""
 import base64
 import json
-import os
 
 import pytest
 

@@ -3,7 +3,6 @@
 CPU runs use the Pallas interpreter (impl="pallas_interpret") on small shapes; the GPU test runs the
 compiled kernel at a K2.6 per-GPU shape and is skipped without a GPU.
 """
-import functools
 
 import jax
 import jax.numpy as jnp

@@ -125,7 +125,6 @@ def test_parameters_are_sharded(eight_devices):
 
 
 def _main(full: bool):
-  import dataclasses
   import time
 
   import jax

@@ -16,7 +16,6 @@ Public function: `mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_m
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp

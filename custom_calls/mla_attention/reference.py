@@ -7,7 +7,6 @@ The caller has already written the latents of the T query tokens into the cache 
     0 <= s - cache_len[b] < T and block_mask[b, t, s - cache_len[b]]   (the block itself:
                                                                  causal for prefill, ancestor-only for a tree).
 """
-import jax
 import jax.numpy as jnp
 
 

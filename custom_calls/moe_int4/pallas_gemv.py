@@ -57,7 +57,6 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   bk8 = block_k // 8
   k8 = act_ref.shape[1] // 8
   w_idx = jnp.arange(bk8, dtype=jnp.int32)
-  rows = n0 + jnp.arange(block_n, dtype=jnp.int32)
   zero_rows = jnp.zeros((block_n, 1), jnp.int32)
   wpg = group_size // 8                                  # words per scale group
   # Rows outside the run read row 0's activations instead (finite; unwritten rows of h may not be), so the

@@ -281,7 +281,6 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   exact_bf16 (None: planar and bf16 x): planar planes from bf16_planes.py (bf16x2 PTX) instead of nibbles.py.
   """
   n, d = x.shape
-  k = expert_ids.shape[1]
   e, inter, _ = gate_packed.shape
   if gate_packed.shape != (e, inter, d // 8) or up_packed.shape != gate_packed.shape:
     raise ValueError(f"routed_experts_int4_pallas: gate/up packed {gate_packed.shape}/{up_packed.shape}, "
@@ -305,7 +304,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
     if size % blk:
       raise ValueError(f"routed_experts_int4_pallas: {name} = {size} is not a multiple of block {blk}")
   if planar and (block_k < 128 or group_size < 8 or block_k_down < 128):
-    raise ValueError(f"routed_experts_int4_pallas: planar=True needs block_k >= 128 (dots of K = block_k/8 >= 16)")
+    raise ValueError("routed_experts_int4_pallas: planar=True needs block_k >= 128 (dots of K = block_k/8 >= 16)")
   if block_k % group_size or block_k % 8:
     raise ValueError(f"routed_experts_int4_pallas: block_k {block_k} must be a multiple of group {group_size}")
   precision = lax.Precision.HIGHEST if x.dtype == jnp.float32 else None

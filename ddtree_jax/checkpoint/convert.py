@@ -18,7 +18,6 @@ import shutil
 import time
 from typing import Any, Callable, Optional
 
-import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 

@@ -9,7 +9,6 @@ The drafter uses the target's embed_tokens and lm_head; copies of them in a draf
 from __future__ import annotations
 
 import logging
-import os
 from typing import Iterator, Optional
 
 import jax.numpy as jnp

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import orbax.checkpoint as ocp
 
 from ddtree_jax.checkpoint.safetensors_reader import CheckpointError

@@ -70,7 +70,6 @@ class MLA(nnx.Module):
     """x: [B, T, D]; cos/sin: [B, T, P/2]; ckv_cache: [B, S, R]; kpe_cache: [B, S, P]; cache_len: [B];
     block_mask: [B, T, T] bool. Returns (out [B, T, D], ckv_cache, kpe_cache) with the block's latents
     written at [cache_len, cache_len + T)."""
-    cfg = self.cfg
     b, t, _ = x.shape
     q_nope, q_pe = self._queries(x, cos, sin)
     c_kv, k_pe = self.latents(x, cos, sin)

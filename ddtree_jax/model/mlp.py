@@ -1,6 +1,5 @@
 """SwiGLU MLP: down(silu(gate x) * up x). Used by the dense first layers and the shared expert."""
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 

@@ -27,7 +27,6 @@ import statistics
 import time
 from typing import Callable, Optional, Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

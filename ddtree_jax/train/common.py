@@ -3,14 +3,11 @@ schedule, a time-boxed step horizon, AdamW, loss-curve plots."""
 from __future__ import annotations
 
 import json
-import math
 import os
-import time
 from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 

@@ -17,7 +17,6 @@ On a mesh (`mesh=`): data parallel (`train/data_parallel.py`), the frozen target
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from typing import Callable, Optional

@@ -7,8 +7,10 @@ setup:
 demo: setup
 	.venv/bin/ddtree-generate --mode=ddtree --budget=32 --max_new_tokens=64 --prompt="$${PROMPT:-def fibonacci(n):}"
 
+# --max-worker-restart=0: a test that hangs is failed by pytest-timeout (pyproject.toml) by ending its xdist
+# worker; a replacement worker would be handed the same test again (up to 8 times, 10 minutes each).
 test: setup
-	.venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=25 tests
+	.venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --max-worker-restart=0 --durations=25 tests
 
 test-all: setup
-	.venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --run-slow tests
+	.venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --max-worker-restart=0 --run-slow tests

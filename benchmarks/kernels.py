@@ -247,7 +247,8 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
       bytes_ = set_bytes + 2 * b * t * h * (512 + 64) * 2
       flops = 2 * b * t * h * s * (576 + 512)
       roof = max(bytes_ / copy_bw, flops / mm)
-      row.update(bytes=bytes_, flops=flops, roofline_s=roof, bound="memory" if bytes_ / copy_bw > flops / mm else "compute")
+      row.update(bytes=bytes_, flops=flops, roofline_s=roof,
+                 bound="memory" if bytes_ / copy_bw > flops / mm else "compute")
       big = b * t * h * s * 4 > 12e9
       ref = (mla_xla_bf16 if big else mla_attention_reference)(*args, scale=SCALE)
       configs = [dict(kernel="default")] + sweep.get((b, t, h, s), [])
@@ -543,7 +544,8 @@ def table():
     lines.append(f"| {r['M']} | {r['experts_hit']} | {r['roofline_mem_s'] * 1e3:.3f} | {r['time_s'] * 1e3:.3f} | "
                  f"{r['frac_mem_roofline']:.2f} | {r['best']['blocking_s'] * 1e3:.3f} | "
                  f"{r['harness_floor_s'] * 1e3:.4f} | {r['achieved_Bps'] / 1e12:.2f} | "
-                 f"{r.get('ragged_bf16_s', float('nan')) * 1e3:.3f} | {r.get('speedup_vs_ragged_bf16', float('nan')):.1f}x | "
+                 f"{r.get('ragged_bf16_s', float('nan')) * 1e3:.3f} | "
+                 f"{r.get('speedup_vs_ragged_bf16', float('nan')):.1f}x | "
                  f"{r.get('xla_ref_s', float('nan')) * 1e3:.3f} | {r['err']:.1e} | {r['best']['cfg']} |")
   return "\n".join(lines)
 
@@ -566,7 +568,8 @@ def main():
                        'keyword arguments)')
   ap.add_argument("--moe-configs", default="",
                   help='MoE: a JSON list of configs timed at every row count after the dispatch, e.g. '
-                       '\'[{"kernel": "gemv", "block_k": 512}]\' ("kernel": gemv or grouped, and its keyword arguments)')
+                       '\'[{"kernel": "gemv", "block_k": 512}]\' ("kernel": gemv or grouped, and its keyword '
+                       'arguments)')
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")

@@ -53,9 +53,8 @@ def log(*a):
   print(f"[{time.time() - T0:7.1f}s]", *a, flush=True)
 
 
-# Programs queued back to back per timing sample (see _per_call_median). --smoke sets 1: Mosaic GPU interpret
-# mode runs the kernel's threads in io_callbacks that dispatch JAX work of their own, which can deadlock with a
-# computation queued behind the kernel on the CPU client (tests/test_kernels_mla_mosaic.py, run_interpret).
+# Programs queued back to back per timing sample (see _per_call_median). --smoke sets 1: a Mosaic GPU kernel in
+# interpret mode needs the CPU client's threads for itself (custom_calls/mla_attention/mosaic_gpu.py).
 QUEUED = 8
 SMOKE_K26_SHAPE = (1, 4, 16, 256)   # (B, T, H, ctx) of the --smoke MLA shape with K2.6's R 512 / P 64
 
@@ -576,6 +575,8 @@ def main():
   a = ap.parse_args()
   if a.smoke:
     QUEUED = 1
+    # before the CPU client starts (jax.devices() below): Mosaic interpret mode needs the pool (mosaic_gpu.py)
+    os.environ.setdefault("PJRT_NPROC", str(max(8, os.cpu_count() or 1)))
   log(f"jax {jax.__version__}, backend {jax.default_backend()}, devices {jax.devices()}")
   copy_bw, mm = roofline(a.smoke)
   flush()

@@ -20,6 +20,15 @@ if (os.environ.get("DDTREE_TEST_XLA_O0", "1") != "0"
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _O0).strip()
 
 
+# Mosaic GPU interpret mode (test_kernels_mla_mosaic.py) runs a kernel's warpgroups as threads that execute
+# nested CPU programs whose host callbacks block on each other (the kernel's barriers). Those callbacks hold
+# threads of XLA's CPU intra-op pool, which is as large as the machine has cores: on 2 cores it starved and
+# the kernel deadlocked, now and then (session 9: CI hung; gdb showed every pool thread blocked in a barrier
+# callback or waiting for a nested program). PJRT_NPROC, read when the CPU client starts, sizes that pool.
+if "PJRT_NPROC" not in os.environ and (os.cpu_count() or 1) < 8:
+  os.environ["PJRT_NPROC"] = "8"
+
+
 def pytest_addoption(parser):
   parser.addoption("--run-slow", action="store_true", default=False, help="run tests marked slow")
 

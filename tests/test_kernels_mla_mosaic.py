@@ -60,10 +60,8 @@ def rel_err(out, ref):
 
 
 def run_interpret(args, **opts):
-  # Blocks until the kernel is done: interpret mode runs the kernel's threads in io_callbacks that dispatch JAX
-  # computations of their own, and a computation the test dispatches meanwhile (the reference) can deadlock
-  # with them on the CPU client (seen: the reference's divide and the thread map's jnp.int32 both waiting
-  # forever). The race detector's state is only final once the kernel is done, too.
+  # Waits for the kernel: the race detector's state is final only then, and no other computation competes
+  # for the CPU client's threads while the kernel's warpgroup threads need them (conftest.py, PJRT_NPROC).
   out = jax.block_until_ready(mla_attention_mosaic(*args, scale=SCALE, interpret=True, **opts))
   assert out.shape == args[0].shape and out.dtype == jnp.bfloat16
   assert not gpu_callbacks.get_races().races_found, "interpret mode found a race"
@@ -159,7 +157,7 @@ def test_model_layer_tree_verify(monkeypatch):
       calls.append(impl)
       return dispatch(*args, **kw, impl=impl)
     monkeypatch.setattr(custom_calls, "mla_attention", attend)
-    # one program, waited for (see run_interpret): no op is dispatched while the interpret-mode kernel runs
+    # one program, waited for (see run_interpret)
     layer_fn = nnx.jit(lambda m, *a: m(*a, absorbed=True))
     return jax.block_until_ready(layer_fn(layer, x, cos, sin, ckv, kpe, cache_len, mask))
 

@@ -78,10 +78,10 @@ approximate math (approx_math=True: exp2/divide differ slightly on a GPU), or an
 detector (detect_races=True, always on here) catches races on plain shared-memory loads/stores between the
 warpgroups (dropping the s1 barrier is flagged), but wgmma operand reads versus TMA writes are apparently not
 tracked (a deliberately removed slot barrier of an earlier version went unflagged), so the refill protocol
-above is verified by reasoning and by the GPU tests only. Interpret mode runs the warpgroups as threads in
-io_callbacks that dispatch JAX computations of their own: wait for its result (jax.block_until_ready) before
-dispatching anything else, or the CPU client can deadlock (seen in session 9: the test's reference computation
-and the thread map's dispatch both waited forever, and CI timed out).
+above is verified by reasoning and by the GPU tests only. Interpret mode runs the warpgroups as threads whose
+nested CPU programs block in host callbacks (the barriers) while holding threads of XLA's CPU intra-op pool; on a
+machine with few cores that pool starves and the kernel deadlocks now and then (2 cores, session 9). Start the
+process with PJRT_NPROC=8 or more there (tests/conftest.py does) and wait for the result before other work.
 
 Private JAX APIs: none in this module (interpret mode goes through plgpu.kernel(interpret=InterpretGPUParams)
 and a CPU run traces under jax.sharding.use_abstract_mesh(gpu_lowering.abstract_gpu_mesh()), as the CUDA

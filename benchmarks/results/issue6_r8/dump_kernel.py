@@ -2,6 +2,7 @@
 variables of the caller dump its PTX / SASS / ptxas report (issue 6 eighth round: where do the spills sit).
 --interpret: a CPU dry run of this script (Mosaic GPU interpret mode, a smaller context)."""
 import argparse
+import os
 import sys
 
 import jax
@@ -13,8 +14,9 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--partial_dtype", default="bfloat16")
 ap.add_argument("--interpret", action="store_true")
 a = ap.parse_args()
+if a.interpret:      # before the CPU client starts: interpret mode needs its thread pool (mosaic_gpu.py)
+  os.environ.setdefault("PJRT_NPROC", "8")
 args = make_inputs(3, 1, 257 if not a.interpret else 9, 8, 4096 if not a.interpret else 256)
-# waited for before the reference is dispatched (interpret mode can deadlock otherwise: tests/test_kernels_mla_mosaic.py)
 out = jax.block_until_ready(mla_attention_mosaic(*args, scale=SCALE, partial_dtype=a.partial_dtype,
                                                  interpret=a.interpret))
 print(f"partial {a.partial_dtype}: rel_err {rel_err(out, reference_f32(args)):.2e}")

@@ -32,7 +32,7 @@ import numpy as np
 
 from custom_calls.mla_attention import mla_attention
 from custom_calls.mla_attention.mosaic_gpu import default_num_splits as mosaic_num_splits
-from custom_calls.mla_attention.mosaic_gpu import mla_attention_mosaic
+from custom_calls.mla_attention.mosaic_gpu import mla_attention_mosaic, reserve_cpu_threads_for_interpret
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 from custom_calls.moe_int4 import routed_experts_int4
@@ -575,8 +575,7 @@ def main():
   a = ap.parse_args()
   if a.smoke:
     QUEUED = 1
-    # before the CPU client starts (jax.devices() below): Mosaic interpret mode needs the pool (mosaic_gpu.py)
-    os.environ.setdefault("PJRT_NPROC", str(max(8, os.cpu_count() or 1)))
+    reserve_cpu_threads_for_interpret()     # before the CPU client starts (jax.devices() below)
   log(f"jax {jax.__version__}, backend {jax.default_backend()}, devices {jax.devices()}")
   copy_bw, mm = roofline(a.smoke)
   flush()

@@ -24,9 +24,10 @@ if (os.environ.get("DDTREE_TEST_XLA_O0", "1") != "0"
 # nested CPU programs whose host callbacks block on each other (the kernel's barriers). Those callbacks hold
 # threads of XLA's CPU intra-op pool, which is as large as the machine has cores: on 2 cores it starved and
 # the kernel deadlocked, now and then (session 9: CI hung; gdb showed every pool thread blocked in a barrier
-# callback or waiting for a nested program). PJRT_NPROC, read when the CPU client starts, sizes that pool.
-if "PJRT_NPROC" not in os.environ and (os.cpu_count() or 1) < 8:
-  os.environ["PJRT_NPROC"] = "8"
+# callback or waiting for a nested program). Sized here, before any backend starts; subprocesses inherit it.
+from custom_calls.mla_attention.mosaic_gpu import reserve_cpu_threads_for_interpret  # noqa: E402
+
+reserve_cpu_threads_for_interpret()
 
 
 def pytest_addoption(parser):

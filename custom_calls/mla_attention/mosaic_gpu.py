@@ -80,8 +80,9 @@ warpgroups (dropping the s1 barrier is flagged), but wgmma operand reads versus 
 tracked (a deliberately removed slot barrier of an earlier version went unflagged), so the refill protocol
 above is verified by reasoning and by the GPU tests only. Interpret mode runs the warpgroups as threads whose
 nested CPU programs block in host callbacks (the barriers) while holding threads of XLA's CPU intra-op pool; on a
-machine with few cores that pool starves and the kernel deadlocks now and then (2 cores, session 9). Start the
-process with PJRT_NPROC=8 or more there (tests/conftest.py does) and wait for the result before other work.
+machine with few cores that pool starves and the kernel deadlocks now and then (2 cores, session 9). Call
+`reserve_cpu_threads_for_interpret()` before JAX's CPU client starts (tests/conftest.py does) and wait for the
+result before other work.
 
 Private JAX APIs: none in this module (interpret mode goes through plgpu.kernel(interpret=InterpretGPUParams)
 and a CPU run traces under jax.sharding.use_abstract_mesh(gpu_lowering.abstract_gpu_mesh()), as the CUDA
@@ -96,6 +97,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -119,6 +121,18 @@ _NUM_SMS = 132
 
 _TILE_BF16 = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))
 _TILE_F32 = (plgpu.TilingTransform((8, 32)), plgpu.SwizzleTransform(128))
+
+
+INTERPRET_MIN_CPU_THREADS = 8   # XLA CPU intra-op threads interpret mode needs (module docstring)
+
+
+def reserve_cpu_threads_for_interpret():
+  """On a machine with fewer than INTERPRET_MIN_CPU_THREADS cores, sizes XLA's CPU intra-op pool to that many
+  threads (PJRT_NPROC, read by the PJRT CPU client when it starts), so that interpret mode's warpgroup threads
+  cannot starve it. Effective only before the CPU client starts (the first computation or jax.devices()); an
+  explicit PJRT_NPROC is kept."""
+  if "PJRT_NPROC" not in os.environ and (os.cpu_count() or 1) < INTERPRET_MIN_CPU_THREADS:
+    os.environ["PJRT_NPROC"] = str(INTERPRET_MIN_CPU_THREADS)
 
 
 def default_num_splits(batch, num_rows, num_keys, num_sms=_NUM_SMS):

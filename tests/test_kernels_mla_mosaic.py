@@ -203,6 +203,29 @@ def test_device_supported_only_on_hopper(monkeypatch):
     assert device_supported() is want, devices
 
 
+@pytest.mark.parametrize("b,t,h,r,want", [
+    (1, 1, 64, R, "mosaic"),      # decode with 64 heads (H200, issue 6 ninth round: 0.062 against 0.104 ms at 128K)
+    (1, 257, 8, R, "mosaic"),     # a tree
+    (2, 8, 8, R, "mosaic"),       # a block of exactly 64 rows
+    (1, 1, 8, R, "triton"),       # decode with 8 heads: one 64-row tile would be 7/8 padding
+    (1, 7, 8, R, "triton"),       # 56 rows
+    (1, 1, 64, 256, "triton"),    # not K2.6's latent dims: Mosaic does not support them
+])
+def test_auto_dispatch_rule(monkeypatch, b, t, h, r, want):
+  """impl="auto" on an (as if) Hopper GPU: Mosaic from MOSAIC_MIN_ROWS query rows (T x H) on, Triton below."""
+  from custom_calls.mla_attention import mosaic_gpu, pallas_triton
+  calls = []
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(mosaic_gpu, "device_supported", lambda: True)
+  monkeypatch.setattr(mosaic_gpu, "mla_attention_mosaic", lambda *a, **kw: calls.append("mosaic"))
+  monkeypatch.setattr(pallas_triton, "mla_attention_pallas", lambda *a, **kw: calls.append("triton"))
+  sd = jax.ShapeDtypeStruct
+  args = (sd((b, t, h, r), jnp.bfloat16), sd((b, t, h, P), jnp.bfloat16), sd((b, 1024, r), jnp.bfloat16),
+          sd((b, 1024, P), jnp.bfloat16), sd((b,), jnp.int32), sd((b, t, t), jnp.bool_))
+  mla_attention(*args, scale=SCALE, impl="auto")
+  assert calls == [want]
+
+
 def test_lowers_for_cuda_k26_shape():
   """The GPU kernel (register wgmma operands, RefUnions, reduction_scratch_bytes=0) fits an H200's smem."""
   b, t, h, s = 1, 257, 8, 4096
@@ -261,8 +284,8 @@ def test_gpu_partial_dtypes_match_reference(partial_dtype):
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
 @pytest.mark.parametrize("t,h", [(8, 8), (1, 8), (1, 64)])
 def test_gpu_dispatch_matches_reference(t, h):
-  """impl="auto": the Mosaic kernel for trees of 64 query rows or more, the Triton kernel for fewer rows and for
-  decode (both checked here)."""
+  """impl="auto": the Mosaic kernel from 64 query rows (T x H) on, 8-head decode on the Triton kernel (both checked
+  here)."""
   kind = jax.devices()[0].device_kind
   if any(hopper in kind for hopper in ("H100", "H200", "H800", "H20")):
     assert device_supported(), f"{kind}: the dispatch would not pick the Mosaic kernel"

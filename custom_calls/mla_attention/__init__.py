@@ -1,26 +1,26 @@
 """MLA tree attention: dispatch between the XLA reference and the GPU kernels.
 
-Kernels: pallas_triton.py (any shape on GPUs: decode, a few rows, small models); mosaic_gpu.py (Hopper wgmma,
-two warpgroups, sm_90 only; K2.6 dimensions only: R 512, P 64, bf16, S a multiple of 128) for trees and blocks
-(T >= 2) of 64 query rows (T x H) or more. On the H200 (benchmarks/RESULTS.md, issue 6 eighth round) it beat
-the Triton kernel at every such shape timed: 1 x 257 x 64 heads x 32K 1.85 ms against 4.60, 8 x 16 x 64 x 4K
-0.135 against 0.328, 1 x 64 x 8 x 32K 0.086 against 0.170. Decode (T = 1) stays on Triton even with 64 heads: before
-the eighth round's spill fix Mosaic won at 128K (0.096 against 0.103 ms) but lost at 32K (0.051 against 0.049, same
-run); the fixed kernel has not been timed on decode yet.
+Kernels: pallas_triton.py (any shape on GPUs: decode with a few heads, small models); mosaic_gpu.py (Hopper
+wgmma, two warpgroups, sm_90 only; K2.6 dimensions only: R 512, P 64, bf16, S a multiple of 128) for 64 query rows
+(T x H) or more: trees, blocks and decode with 64 heads. On the H200 it beat the Triton kernel at every such shape
+timed (benchmarks/RESULTS.md, issue 6 eighth and ninth rounds): 1 x 257 x 64 heads x 32K 1.85 ms against 4.60,
+8 x 16 x 64 x 4K 0.135 against 0.328, 1 x 64 x 8 x 32K 0.086 against 0.170; decode 1 x 1 x 64 x 128K 0.062 against
+0.104, 1 x 1 x 64 x 32K 0.035 against 0.048. Decode with 8 heads (8 rows) stays on Triton: 1 x 1 x 8 x 128K 0.056
+against Mosaic's 0.063 (its 64-row tile would be 7/8 padding).
 """
 import jax
 
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 
 _IMPLS = ("auto", "xla", "pallas", "pallas_interpret", "mosaic", "mosaic_interpret")
-MOSAIC_MIN_ROWS = 64   # T x H from which "auto" runs the Mosaic GPU kernel on trees (one full 64-row tile)
+MOSAIC_MIN_ROWS = 64   # T x H from which "auto" runs the Mosaic GPU kernel (one full 64-row tile)
 
 
 def mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, impl="auto"):
   """See reference.py for shapes and semantics.
 
-  impl: "auto" (on GPU backends: the Mosaic GPU kernel on Hopper GPUs for T >= 2 and T x H >= MOSAIC_MIN_ROWS where
-  it supports the shapes, else the Pallas Triton kernel where it does, else the XLA reference), "xla" (the reference),
+  impl: "auto" (on GPU backends: the Mosaic GPU kernel on Hopper GPUs for T x H >= MOSAIC_MIN_ROWS where it
+  supports the shapes, else the Pallas Triton kernel where it does, else the XLA reference), "xla" (the reference),
   "pallas" (the Triton kernel; GPU), "pallas_interpret" (the Triton kernel run by the Pallas interpreter, for CPU
   tests), "mosaic" (the Mosaic GPU kernel; Hopper GPU), "mosaic_interpret" (the Mosaic GPU kernel in Mosaic GPU
   interpret mode, for CPU tests).
@@ -32,9 +32,9 @@ def mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, impl="
   # imported lazily: Pallas is not needed for "xla"
   from custom_calls.mla_attention import mosaic_gpu, pallas_triton
   args = (q_lat, q_pe, ckv, kpe, cache_len, block_mask)
-  tree_rows = q_lat.shape[1] >= 2 and q_lat.shape[1] * q_lat.shape[2] >= MOSAIC_MIN_ROWS
+  full_row_tiles = q_lat.shape[1] * q_lat.shape[2] >= MOSAIC_MIN_ROWS
   if impl in ("mosaic", "mosaic_interpret") or (
-      impl == "auto" and tree_rows and jax.default_backend() == "gpu" and mosaic_gpu.device_supported()
+      impl == "auto" and full_row_tiles and jax.default_backend() == "gpu" and mosaic_gpu.device_supported()
       and mosaic_gpu.supported(*args)):
     # raises a clear error for shapes it does not support
     return mosaic_gpu.mla_attention_mosaic(*args, scale=scale, interpret=(impl == "mosaic_interpret"))

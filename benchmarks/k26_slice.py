@@ -9,7 +9,8 @@ Choice (documented as the issue asks): the slice is written at per-GPU shapes di
 functions over parameter dicts (not the DeepseekV3 module), so that (a) the routing can be imposed --
 each token's top-8 ids are drawn over all 384 experts (random, or Zipf-skewed) and only the pairs that
 land on this GPU's 48 experts (ids 0..47, expert_offset 0) are computed, exactly as the expert-parallel
-shard_map body does -- and (b) the kernel implementation (Pallas or XLA) can be chosen per program. The
+shard_map body does -- and (b) the kernel implementation (Pallas as the model dispatches it, or XLA) can be chosen
+per program (each row records the MLA kernel that ran: Mosaic GPU or Triton). The
 router still runs (replicated [7168, 384] gate, its sigmoid weights are gathered at the imposed ids).
 Not measured (added by the cost model): the two all-reduces per layer (after o_proj and after the MLP),
 the drafter, the embedding gather, the tree build / walk / cache compaction.
@@ -45,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import custom_calls
+from custom_calls.mla_attention import select_kernel
 from ddtree_jax.model.norm import rms_norm
 from ddtree_jax.model.rope import apply_rope_interleaved, rope_cos_sin, yarn_inv_freq
 
@@ -176,6 +178,11 @@ def init_params(key, d: SliceDims, moe_layers: int):
 
 # ---- forward (one GPU's part of a layer) -----------------------------------------------------------
 
+# The slice's kernel paths -> the custom calls' impl: "pallas" is what the model runs on the GPU (the dispatch:
+# Mosaic GPU or Triton MLA kernel by shape, the INT4 gemv or grouped MoE kernel by token count), "xla" the references.
+CUSTOM_CALL_IMPL = {"pallas": "auto", "xla": "xla"}
+
+
 def attention(p, x, cos, sin, ckv, kpe, cache_len, mask, d: SliceDims, impl: str):
   """x: [1, T, D] -> (partial o_proj output [1, T, D] (all-reduced on the mesh), ckv, kpe)."""
   b, t, _ = x.shape
@@ -193,7 +200,8 @@ def attention(p, x, cos, sin, ckv, kpe, cache_len, mask, d: SliceDims, impl: str
   w = p["kv_b"].reshape(d.kv_lora, h, d.nope + d.v_dim)
   w_uk, w_uv = w[..., :d.nope], w[..., d.nope:]
   q_lat = jnp.einsum("bthn,rhn->bthr", q_nope, w_uk)
-  o_lat = custom_calls.mla_attention(q_lat, q_pe, ckv, kpe, cache_len, mask, scale=d.softmax_scale, impl=impl)
+  o_lat = custom_calls.mla_attention(q_lat, q_pe, ckv, kpe, cache_len, mask, scale=d.softmax_scale,
+                                     impl=CUSTOM_CALL_IMPL[impl])
   o = jnp.einsum("bthr,rhv->bthv", o_lat, w_uv)
   return o.reshape(b, t, h * d.v_dim) @ p["o"], ckv, kpe
 
@@ -209,7 +217,7 @@ def moe(p, x, ids, d: SliceDims, impl: str):
   w = jnp.take_along_axis(scores, ids, axis=1)
   w = w / (jnp.sum(w, axis=-1, keepdims=True) + 1e-20) * d.routed_scaling
   y = custom_calls.routed_experts_int4(x, ids, w, *p["experts"], group_size=d.group, expert_offset=0,
-                                       impl=impl).astype(jnp.float32)
+                                       impl=CUSTOM_CALL_IMPL[impl]).astype(jnp.float32)
   return (y + swiglu(x, *p["shared"]).astype(jnp.float32)).astype(x.dtype)
 
 
@@ -382,7 +390,7 @@ def main(argv=None):
       skipped.append(dict(impl=impl, context=ctx, T=t))
       continue
     if ctx not in caches_by_ctx:
-      cap = ctx + max_t + 15 & ~15
+      cap = -(-(ctx + max_t) // 128) * 128     # a multiple of 128 like the engine's cache (the Mosaic kernel's need)
       k = jax.random.key(ctx)
       caches_by_ctx.clear()   # one context's buffers alive at a time
       caches_by_ctx[ctx] = tuple(
@@ -399,6 +407,10 @@ def main(argv=None):
     fn = jax.jit(lambda p, c, x, pos, cl, m, ids: slice_forward(p, c, x, pos, cl, m, ids, d=d, impl=impl,
                                                                   inv_freq=inv_freq, rope_mult=mult),
                  donate_argnums=(1,))
+    sd = jax.ShapeDtypeStruct
+    mla_kernel = select_kernel(sd((1, t, d.heads, d.kv_lora), jnp.bfloat16), sd((1, t, d.heads, d.rope), jnp.bfloat16),
+                               *(sd(c.shape, c.dtype) for c in caches[0]), sd((1,), jnp.int32), sd(mask.shape, bool),
+                               impl=CUSTOM_CALL_IMPL[impl])
     routes = {kind: np.stack([routing(rng, t, d, kind) for _ in range(args.moe_layers)]) for kind in ("random", "zipf")}
     tc0 = time.perf_counter()
     compiled = fn.lower(params, caches, x, positions, cache_len, mask, jnp.asarray(routes["random"])).compile()
@@ -421,14 +433,14 @@ def main(argv=None):
       t_mem = acc["bytes"] / ceil["copy_bytes_per_s"]
       t_fl = acc["flops"] / ceil["matmul_flops_per_s"]
       roof = max(t_mem, t_fl)
-      row = dict(impl=impl, context=ctx, T=t, N=n, mode="ar" if t == 1 else "verify", routing=kind,
-                 layers=n_layers, moe_layers=args.moe_layers, time_s=med, times_s=all_t, compile_s=compile_s,
+      row = dict(impl=impl, mla_kernel=mla_kernel, context=ctx, T=t, N=n, mode="ar" if t == 1 else "verify",
+                 routing=kind, layers=n_layers, moe_layers=args.moe_layers, time_s=med, times_s=all_t, compile_s=compile_s,
                  local_distinct=local_distinct, local_pairs=local_pairs, total_distinct=total_distinct,
                  max_gpu_distinct=[max(r) for r in per_gpu], **acc,
                  roofline_s=roof, roofline_mem_s=t_mem, roofline_flop_s=t_fl,
                  bound="memory" if t_mem >= t_fl else "compute", frac_roofline=roof / med)
       rows.append(row)
-      print(f"{impl:6s} ctx {ctx:6d} T {t:4d} {kind:6s}: {med * 1e3:8.3f} ms (compile {compile_s:5.1f} s) "
+      print(f"{impl:6s} ({mla_kernel}) ctx {ctx:6d} T {t:4d} {kind:6s}: {med * 1e3:8.3f} ms (compile {compile_s:5.1f} s) "
             f"experts/layer local {np.mean(local_distinct):5.1f} all {np.mean(total_distinct):5.1f}  "
             f"roofline {roof * 1e3:.3f} ms ({row['bound']}) = {roof / med:.2f}", flush=True)
     caches_by_ctx[ctx] = caches

@@ -20,7 +20,7 @@ from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # private: race 
 import custom_calls
 from configs.tiny import tiny
 from custom_calls.gpu_lowering import abstract_gpu_mesh
-from custom_calls.mla_attention import MOSAIC_MIN_ROWS, mla_attention
+from custom_calls.mla_attention import MOSAIC_MIN_ROWS, mla_attention, select_kernel
 from custom_calls.mla_attention.mosaic_gpu import (_mla_attention, default_num_splits, device_supported,
                                                    mla_attention_mosaic, supported)
 from custom_calls.mla_attention.reference import mla_attention_reference
@@ -224,6 +224,19 @@ def test_auto_dispatch_rule(monkeypatch, b, t, h, r, want):
           sd((b, 1024, P), jnp.bfloat16), sd((b,), jnp.int32), sd((b, t, t), jnp.bool_))
   mla_attention(*args, scale=SCALE, impl="auto")
   assert calls == [want]
+  assert select_kernel(*args, impl="auto") == {"mosaic": "mosaic", "triton": "pallas"}[want]
+
+
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the CPU fallback: runs where the backend is not a GPU")
+def test_auto_dispatch_off_gpu_is_the_reference():
+  """On the CPU backend impl="auto" is the XLA reference, even at shapes the Mosaic kernel supports."""
+  sd = jax.ShapeDtypeStruct
+  args = (sd((1, 257, 8, R), jnp.bfloat16), sd((1, 257, 8, P), jnp.bfloat16), sd((1, 1024, R), jnp.bfloat16),
+          sd((1, 1024, P), jnp.bfloat16), sd((1,), jnp.int32), sd((1, 257, 257), jnp.bool_))
+  assert select_kernel(*args, impl="auto") == "xla"
+  assert select_kernel(*args, impl="mosaic_interpret") == "mosaic_interpret"
+  with pytest.raises(ValueError, match="unknown impl"):
+    select_kernel(*args, impl="triton")
 
 
 def test_lowers_for_cuda_k26_shape():

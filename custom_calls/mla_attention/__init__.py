@@ -16,36 +16,51 @@ _IMPLS = ("auto", "xla", "pallas", "pallas_interpret", "mosaic", "mosaic_interpr
 MOSAIC_MIN_ROWS = 64   # T x H from which "auto" runs the Mosaic GPU kernel (one full 64-row tile)
 
 
-def mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, impl="auto"):
-  """See reference.py for shapes and semantics.
+def select_kernel(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, impl="auto"):
+  """The implementation mla_attention runs for these shapes (arrays or jax.ShapeDtypeStruct) and impl:
+  "mosaic", "mosaic_interpret", "pallas" (the Triton kernel), "pallas_interpret" or "xla".
 
   impl: "auto" (on GPU backends: the Mosaic GPU kernel on Hopper GPUs for T x H >= MOSAIC_MIN_ROWS where it
-  supports the shapes, else the Pallas Triton kernel where it does, else the XLA reference), "xla" (the reference),
-  "pallas" (the Triton kernel; GPU), "pallas_interpret" (the Triton kernel run by the Pallas interpreter, for CPU
-  tests), "mosaic" (the Mosaic GPU kernel; Hopper GPU), "mosaic_interpret" (the Mosaic GPU kernel in Mosaic GPU
-  interpret mode, for CPU tests).
+  supports the shapes, else the Pallas Triton kernel where it does, else the XLA reference), or one of the others,
+  returned as is (for "pallas" and "pallas_interpret" a ValueError names shapes the Triton kernel does not support).
   """
   if impl not in _IMPLS:
     raise ValueError(f"mla_attention: unknown impl {impl!r}; expected one of {_IMPLS}")
   if impl == "xla":
-    return mla_attention_reference(q_lat, q_pe, ckv, kpe, cache_len, block_mask, scale=scale)
+    return "xla"
   # imported lazily: Pallas is not needed for "xla"
   from custom_calls.mla_attention import mosaic_gpu, pallas_triton
   args = (q_lat, q_pe, ckv, kpe, cache_len, block_mask)
-  full_row_tiles = q_lat.shape[1] * q_lat.shape[2] >= MOSAIC_MIN_ROWS
-  if impl in ("mosaic", "mosaic_interpret") or (
-      impl == "auto" and full_row_tiles and jax.default_backend() == "gpu" and mosaic_gpu.device_supported()
-      and mosaic_gpu.supported(*args)):
-    # raises a clear error for shapes it does not support
-    return mosaic_gpu.mla_attention_mosaic(*args, scale=scale, interpret=(impl == "mosaic_interpret"))
   if impl == "auto":
-    if jax.default_backend() != "gpu" or not pallas_triton.supported(q_lat, q_pe, ckv, kpe):
-      return mla_attention_reference(*args, scale=scale)
-  elif not pallas_triton.supported(q_lat, q_pe, ckv, kpe):
+    if jax.default_backend() != "gpu":
+      return "xla"
+    full_row_tiles = q_lat.shape[1] * q_lat.shape[2] >= MOSAIC_MIN_ROWS
+    if full_row_tiles and mosaic_gpu.device_supported() and mosaic_gpu.supported(*args):
+      return "mosaic"
+    return "pallas" if pallas_triton.supported(q_lat, q_pe, ckv, kpe) else "xla"
+  if impl in ("mosaic", "mosaic_interpret"):
+    return impl     # mla_attention_mosaic raises a clear error for shapes it does not support
+  if not pallas_triton.supported(q_lat, q_pe, ckv, kpe):
     raise ValueError(
         f"mla_attention(impl={impl!r}): unsupported shapes/dtypes q_lat {q_lat.shape} {q_lat.dtype}, "
         f"q_pe {q_pe.shape}, ckv {ckv.shape} {ckv.dtype} (need power-of-two R and P >= 16, matching dtypes)")
-  return pallas_triton.mla_attention_pallas(*args, scale=scale, interpret=(impl == "pallas_interpret"))
+  return impl
 
 
-__all__ = ["mla_attention", "mla_attention_reference", "visibility_mask"]
+def mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, impl="auto"):
+  """See reference.py for shapes and semantics; impl: see select_kernel ("auto", "xla", "pallas" (the Triton
+  kernel; GPU), "pallas_interpret" (the Triton kernel run by the Pallas interpreter, for CPU tests), "mosaic" (the
+  Mosaic GPU kernel; Hopper GPU), "mosaic_interpret" (the Mosaic GPU kernel in Mosaic GPU interpret mode, for CPU
+  tests)).
+  """
+  args = (q_lat, q_pe, ckv, kpe, cache_len, block_mask)
+  kernel = select_kernel(*args, impl=impl)
+  if kernel == "xla":
+    return mla_attention_reference(*args, scale=scale)
+  from custom_calls.mla_attention import mosaic_gpu, pallas_triton
+  if kernel.startswith("mosaic"):
+    return mosaic_gpu.mla_attention_mosaic(*args, scale=scale, interpret=(kernel == "mosaic_interpret"))
+  return pallas_triton.mla_attention_pallas(*args, scale=scale, interpret=(kernel == "pallas_interpret"))
+
+
+__all__ = ["mla_attention", "select_kernel", "mla_attention_reference", "visibility_mask"]

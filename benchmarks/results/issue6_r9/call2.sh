@@ -1,4 +1,4 @@
-# Issue 6 ninth round, GPU call 2 -- PREPARED in session 9, NOT YET RUN.
+# Issue 6 ninth round, GPU call 2 (run 2026-12-04 03:20 UTC; results in call2/).
 # 1. The K2.6 one-GPU slice with the fixed Mosaic kernel, for the cost model
 #    (then: python3 benchmarks/k26_projection.py --refit --slice_json <this k26_slice.json>).
 # 2. Few-token INT4 MoE (1-16 tokens, 0.33-0.58 of the roofline in round 6): the dispatch against deeper

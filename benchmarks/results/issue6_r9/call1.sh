@@ -1,4 +1,4 @@
-# Issue 6 ninth round, GPU call 1 -- PREPARED in session 9 (no device time was left), NOT YET RUN.
+# Issue 6 ninth round, GPU call 1 (run 2026-12-04 ~03:10 UTC; results in call1/).
 # Dry run on the CPU first: `OUT=/tmp/o PYTHONPATH=. python3 benchmarks/kernels.py --smoke --only mla`.
 # 1. Every GPU test of the Mosaic MLA kernel, among them the two never run on a GPU: no ptxas spills
 #    (test_gpu_kernel_does_not_spill) and f32 / bf16 per-split outputs.

@@ -1,4 +1,4 @@
-# Issue 6 ninth round, GPU call 3 (session 10), after calls 1-2 moved 64-head decode to the Mosaic kernel.
+# Issue 6 ninth round, GPU call 3 (run 2026-12-04 ~09:45 UTC; results in call3/). Calls 1-2 had moved 64-head decode to the Mosaic kernel.
 # 1. The impl="auto" GPU tests under the new rule (Mosaic from T x H >= 64, decode included).
 # 2. 64-head decode: the dispatch (now Mosaic at its default split) against the Triton kernel ({}) and other
 #    Mosaic splits, at 1K-128K and batch 8, to set mosaic_gpu.default_num_splits for decode.

@@ -1,0 +1,113 @@
+"""Where the time of a short MLA decode goes: the dispatch against its parts, on the H200.
+
+At batch 1 and <= 32K keys a decode reads 9-38 MB (3-13 us at the copy ceiling) but takes 20-35 us
+(benchmarks/RESULTS.md, issue 6 ninth round). This times, per shape, with benchmarks/kernels.py's harness
+(queued samples, medians, fresh random inputs):
+  harness   the harness itself around an identity call (part of every figure below);
+  dispatch  custom_calls.mla_attention, impl "auto" (what the model runs);
+  kernel    the Mosaic GPU kernel alone on prepared inputs (padded queries, mask words), only its lse consumed;
+  mask      mosaic_gpu._mask_words alone (the packed visibility of the tail key blocks);
+  combine   pallas_triton.combine_splits alone on random per-split outputs of the kernel's shape;
+  triton    the Triton kernel (pallas_triton.mla_attention_pallas) with its own default split and combine.
+The parts use the kernel module's private helpers on purpose: this is a diagnosis of that module.
+
+Usage (GPU): PYTHONPATH=. python3 benchmarks/mla_decode_parts.py [--shapes "1,1,64,1024;1,1,64,32768"]
+       (CPU): PYTHONPATH=. python3 benchmarks/mla_decode_parts.py --smoke   (interpret mode, tiny, checks it runs)
+Writes $OUT/mla_decode_parts.json (or --out).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernels as kb   # noqa: E402  (the timing harness and inputs of benchmarks/kernels.py)
+from custom_calls.mla_attention import mla_attention, mosaic_gpu, pallas_triton  # noqa: E402
+
+DEFAULT_SHAPES = "1,1,64,1024;1,1,64,8192;1,1,64,32768;1,1,8,8192;1,1,8,32768"
+
+
+def mosaic_parts(args, *, scale, interpret):
+  """(kernel-only fn, its args; mask fn, its args; combine fn, its args) for one shape."""
+  q_lat, q_pe, ckv, kpe, cache_len, mask = args
+  bsz, t, h, r = q_lat.shape
+  s_len = ckv.shape[1]
+  m = t * h
+  m_pad = -(-m // mosaic_gpu.BM) * mosaic_gpu.BM
+  splits = mosaic_gpu.default_num_splits(bsz, m, s_len)
+  pad = ((0, 0), (0, m_pad - m), (0, 0))
+  q = jnp.pad(q_lat.reshape(bsz, m, r), pad)
+  qpe = jnp.pad(q_pe.reshape(bsz, m, -1), pad)
+  words = mosaic_gpu._mask_words(cache_len, mask, h, m_pad, s_len)
+  kern = mosaic_gpu._build_kernel(bsz=bsz, num_q=t, num_rows_pad=m_pad, num_keys=s_len, num_splits=splits,
+                                  scale=scale, dtype=q_lat.dtype, interp=interpret, partial_dtype=jnp.bfloat16)
+  zero = mosaic_gpu._opaque_zero()
+
+  def kernel_only(q, qpe, ckv, kpe, cache_len, words, zero):
+    return kern(cache_len, q, qpe, ckv, kpe, words, zero)[1]                     # lse [B, NS, Mpad]
+
+  def mask_only(q_lat, cache_len, mask):
+    w = mosaic_gpu._mask_words(cache_len, mask, h, m_pad, s_len)
+    return w + (q_lat[0, 0, 0, 0] > 1e30).astype(w.dtype)                           # depends on the chain
+
+  k = jax.random.split(jax.random.PRNGKey(s_len + h), 2)
+  o_part = jax.random.normal(k[0], (bsz, splits, m_pad, r), jnp.bfloat16)
+  lse = 3.0 * jax.random.normal(k[1], (bsz, splits, m_pad), jnp.float32)
+  return ((kernel_only, (q, qpe, ckv, kpe, cache_len, words, zero)), (mask_only, (q_lat, cache_len, mask)),
+          (pallas_triton.combine_splits, (o_part, lse)), splits)
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="B,T,H,ctx;... (T x H >= 64 also times the Mosaic parts)")
+  ap.add_argument("--smoke", action="store_true", help="CPU: interpret mode, one tiny K2.6-dim shape, one sample")
+  ap.add_argument("--out", default=None)
+  a = ap.parse_args(argv)
+  interp = a.smoke
+  if a.smoke:
+    mosaic_gpu.reserve_cpu_threads_for_interpret()
+    kb.QUEUED = 1
+  shapes = [(1, 1, 64, 256)] if a.smoke else [tuple(int(v) for v in s.split(",")) for s in a.shapes.split(";") if s]
+  reps, calls = (1, 1) if a.smoke else (9, None)
+  timeit = functools.partial(kb.timeit, reps=reps, calls=calls)
+  out_path = a.out or os.path.join(os.environ.get("OUT") or "benchmarks/results", "mla_decode_parts.json")
+  os.makedirs(os.path.dirname(out_path) or ".", exist_ok=True)
+  rows = []
+  for (b, t, h, s) in shapes:
+    args = kb.mla_inputs(b * 1000 + t * 10 + h + s, b, t, h, s)
+    sets = [args] + [kb.mla_inputs(7 + i + s, b, t, h, s) for i in range(3)]
+    row = dict(B=b, T=t, H=h, ctx=s, read_bytes=b * s * 576 * 2, times_s={})
+    row["times_s"]["harness"] = kb.harness_floor(sets)
+    impl = "mosaic_interpret" if interp else "auto"
+    row["times_s"]["dispatch"] = timeit(functools.partial(mla_attention, scale=kb.SCALE, impl=impl), sets)
+    if t * h >= 64:
+      (kern, kargs), (mask_fn, margs), (comb, cargs), splits = mosaic_parts(args, scale=kb.SCALE, interpret=interp)
+      row["mosaic_splits"] = splits
+      with mosaic_gpu._abstract_gpu_context() if interp else contextlib.nullcontext():
+        row["times_s"]["kernel"] = timeit(kern, [kargs])
+      row["times_s"]["mask"] = timeit(mask_fn, [margs])
+      row["times_s"]["combine"] = timeit(comb, [cargs])
+    if not interp:
+      row["times_s"]["triton"] = timeit(functools.partial(pallas_triton.mla_attention_pallas, scale=kb.SCALE), sets)
+    rows.append(row)
+    kb.log(f"mla B={b} T={t} H={h} ctx={s}: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in row["times_s"].items()))
+  doc = dict(date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), device=jax.devices()[0].device_kind,
+             jax=jax.__version__, smoke=a.smoke, rows=rows, argv=sys.argv[1:])
+  tmp = out_path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(doc, f, indent=1)
+  os.replace(tmp, out_path)
+  print(f"wrote {out_path}")
+  return rows
+
+
+if __name__ == "__main__":
+  main()

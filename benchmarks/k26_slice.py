@@ -434,13 +434,15 @@ def main(argv=None):
       t_fl = acc["flops"] / ceil["matmul_flops_per_s"]
       roof = max(t_mem, t_fl)
       row = dict(impl=impl, mla_kernel=mla_kernel, context=ctx, T=t, N=n, mode="ar" if t == 1 else "verify",
-                 routing=kind, layers=n_layers, moe_layers=args.moe_layers, time_s=med, times_s=all_t, compile_s=compile_s,
+                 routing=kind, layers=n_layers, moe_layers=args.moe_layers, time_s=med, times_s=all_t,
+                 compile_s=compile_s,
                  local_distinct=local_distinct, local_pairs=local_pairs, total_distinct=total_distinct,
                  max_gpu_distinct=[max(r) for r in per_gpu], **acc,
                  roofline_s=roof, roofline_mem_s=t_mem, roofline_flop_s=t_fl,
                  bound="memory" if t_mem >= t_fl else "compute", frac_roofline=roof / med)
       rows.append(row)
-      print(f"{impl:6s} ({mla_kernel}) ctx {ctx:6d} T {t:4d} {kind:6s}: {med * 1e3:8.3f} ms (compile {compile_s:5.1f} s) "
+      print(f"{impl:6s} ({mla_kernel}) ctx {ctx:6d} T {t:4d} {kind:6s}: {med * 1e3:8.3f} ms "
+            f"(compile {compile_s:5.1f} s) "
             f"experts/layer local {np.mean(local_distinct):5.1f} all {np.mean(total_distinct):5.1f}  "
             f"roofline {roof * 1e3:.3f} ms ({row['bound']}) = {roof / med:.2f}", flush=True)
     caches_by_ctx[ctx] = caches

@@ -1,8 +1,9 @@
 """Absorbed-MLA tree attention as a Pallas Mosaic GPU kernel (Hopper, FlashMLA-style "seesaw" layout).
 
 Status: dispatched by custom_calls.mla_attention (impl "auto") on GPUs for 64 query rows (T x H) or more: trees,
-blocks and 64-head decode. H200 (benchmarks/RESULTS.md, issue 6 eighth round): 0.60-0.89 of the roofline on the
-compute-bound trees (up to 634 TFLOP/s), against the Triton kernel's 0.28-0.35. Same contract as
+blocks and 64-head decode. H200 (benchmarks/RESULTS.md, issue 6 ninth round): 0.62-0.91 of the roofline on the
+compute-bound trees (up to 641 TFLOP/s), against the Triton kernel's 0.28-0.35; 64-head decode 0.83 at 128K
+(Triton: 0.50). A decode at <= 32K costs ~11 us of fixed latency in this kernel alone. Same contract as
 reference.mla_attention_reference; the split-K + log-sum-exp combine is pallas_triton.combine_splits.
 Registers: 241 a thread, no spills (the 64 x 256 fp32 accumulator half is 128 of them). Every shared-memory index
 of the key loop goes through a zero read from memory (_opaque_zero): with static indices LLVM hoisted the wgmma

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -49,6 +48,7 @@ import custom_calls
 from custom_calls.mla_attention import select_kernel
 from ddtree_jax.model.norm import rms_norm
 from ddtree_jax.model.rope import apply_rope_interleaved, rope_cos_sin, yarn_inv_freq
+from ddtree_jax.train.common import write_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -471,10 +471,7 @@ def _write(path, d, args, ceil, init_s, rows, skipped, t_start):
                                                       cache_token_bytes=d.cache_token_bytes()),
              ceilings=ceil, init_s=init_s, rows=rows, skipped=skipped,
              elapsed_s=time.perf_counter() - t_start, argv=sys.argv[1:])
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(doc, f, indent=1)
-  os.replace(tmp, path)
+  write_json(path, doc)
 
 
 def print_table(rows, ceil, skipped):

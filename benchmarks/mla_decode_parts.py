@@ -5,7 +5,7 @@ At batch 1 and <= 32K keys a decode reads 9-38 MB (3-13 us at the copy ceiling) 
 (queued samples, medians, fresh random inputs):
   harness   the harness itself around an identity call (part of every figure below);
   dispatch  custom_calls.mla_attention, impl "auto" (what the model runs);
-  kernel    the Mosaic GPU kernel alone on prepared inputs (padded queries, mask words), only its lse consumed;
+  kernel    the Mosaic GPU kernel alone on prepared inputs (mosaic_gpu._kernel_inputs), only its lse consumed;
   mask      mosaic_gpu._mask_words alone (the packed visibility of the tail key blocks);
   combine   pallas_triton.combine_splits alone on random per-split outputs of the kernel's shape;
   triton    the Triton kernel (pallas_triton.mla_attention_pallas) with its own default split and combine.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import os
 import sys
 import time
@@ -31,6 +30,7 @@ import jax.numpy as jnp
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernels as kb   # noqa: E402  (the timing harness and inputs of benchmarks/kernels.py)
 from custom_calls.mla_attention import mla_attention, mosaic_gpu, pallas_triton  # noqa: E402
+from ddtree_jax.train.common import write_json  # noqa: E402
 
 DEFAULT_SHAPES = "1,1,64,1024;1,1,64,8192;1,1,64,32768;1,1,8,8192;1,1,8,32768"
 
@@ -38,15 +38,11 @@ DEFAULT_SHAPES = "1,1,64,1024;1,1,64,8192;1,1,64,32768;1,1,8,8192;1,1,8,32768"
 def mosaic_parts(args, *, scale, interpret):
   """(kernel-only fn, its args; mask fn, its args; combine fn, its args) for one shape."""
   q_lat, q_pe, ckv, kpe, cache_len, mask = args
-  bsz, t, h, r = q_lat.shape
+  bsz, t, h, _ = q_lat.shape
   s_len = ckv.shape[1]
-  m = t * h
-  m_pad = -(-m // mosaic_gpu.BM) * mosaic_gpu.BM
-  splits = mosaic_gpu.default_num_splits(bsz, m, s_len)
-  pad = ((0, 0), (0, m_pad - m), (0, 0))
-  q = jnp.pad(q_lat.reshape(bsz, m, r), pad)
-  qpe = jnp.pad(q_pe.reshape(bsz, m, -1), pad)
-  words = mosaic_gpu._mask_words(cache_len, mask, h, m_pad, s_len)
+  q, qpe, cache_len, words = mosaic_gpu._kernel_inputs(q_lat, q_pe, cache_len, mask, s_len)
+  m_pad = q.shape[1]
+  splits = mosaic_gpu.default_num_splits(bsz, t * h, s_len)
   kern = mosaic_gpu._build_kernel(bsz=bsz, num_q=t, num_rows_pad=m_pad, num_keys=s_len, num_splits=splits,
                                   scale=scale, dtype=q_lat.dtype, interp=interpret, partial_dtype=jnp.bfloat16)
   zero = mosaic_gpu._opaque_zero()
@@ -59,7 +55,7 @@ def mosaic_parts(args, *, scale, interpret):
     return w + (q_lat[0, 0, 0, 0] > 1e30).astype(w.dtype)                           # depends on the chain
 
   k = jax.random.split(jax.random.PRNGKey(s_len + h), 2)
-  o_part = jax.random.normal(k[0], (bsz, splits, m_pad, r), jnp.bfloat16)
+  o_part = jax.random.normal(k[0], (bsz, splits, m_pad, mosaic_gpu.R), jnp.bfloat16)
   lse = 3.0 * jax.random.normal(k[1], (bsz, splits, m_pad), jnp.float32)
   return ((kernel_only, (q, qpe, ckv, kpe, cache_len, words, zero)), (mask_only, (q_lat, cache_len, mask)),
           (pallas_triton.combine_splits, (o_part, lse)), splits)
@@ -101,10 +97,7 @@ def main(argv=None):
     kb.log(f"mla B={b} T={t} H={h} ctx={s}: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in row["times_s"].items()))
   doc = dict(date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), device=jax.devices()[0].device_kind,
              jax=jax.__version__, smoke=a.smoke, rows=rows, argv=sys.argv[1:])
-  tmp = out_path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(doc, f, indent=1)
-  os.replace(tmp, out_path)
+  write_json(out_path, doc)
   print(f"wrote {out_path}")
   return rows
 

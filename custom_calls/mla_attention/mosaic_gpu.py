@@ -439,18 +439,28 @@ def _check(q_lat, q_pe, ckv, kpe, cache_len, block_mask):
     raise ValueError(f"mla_attention_mosaic: block_mask {block_mask.shape}, expected {(bsz, t, t)}")
 
 
-@functools.partial(jax.jit, static_argnames=("scale", "num_splits", "interpret", "partial_dtype"))
-def _mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_splits, interpret,
-                   partial_dtype=jnp.bfloat16):
+def _kernel_inputs(q_lat, q_pe, cache_len, block_mask, num_keys):
+  """The kernel's inputs besides the cache: queries as rows m = t*H + h padded to a multiple of BM
+  ([B, Mpad, R] and [B, Mpad, P]), cache_len as int32, and the mask words ([B, 1 + NTB, 2, Mpad] int32)."""
   bsz, t, h, _ = q_lat.shape
-  s_len = ckv.shape[1]
   m = t * h
   m_pad = pl.cdiv(m, BM) * BM
   cache_len = cache_len.astype(jnp.int32)
   pad = ((0, 0), (0, m_pad - m), (0, 0))
   q = jnp.pad(q_lat.reshape(bsz, m, R), pad)
   qpe = jnp.pad(q_pe.reshape(bsz, m, P), pad)
-  words = _mask_words(cache_len, block_mask.astype(bool), h, m_pad, s_len)
+  words = _mask_words(cache_len, block_mask.astype(bool), h, m_pad, num_keys)
+  return q, qpe, cache_len, words
+
+
+@functools.partial(jax.jit, static_argnames=("scale", "num_splits", "interpret", "partial_dtype"))
+def _mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_splits, interpret,
+                   partial_dtype=jnp.bfloat16):
+  bsz, t, h, _ = q_lat.shape
+  s_len = ckv.shape[1]
+  m = t * h
+  q, qpe, cache_len, words = _kernel_inputs(q_lat, q_pe, cache_len, block_mask, s_len)
+  m_pad = q.shape[1]
   kernel = _build_kernel(bsz=bsz, num_q=t, num_rows_pad=m_pad, num_keys=s_len, num_splits=num_splits,
                          scale=scale, dtype=q_lat.dtype, interp=interpret, partial_dtype=partial_dtype)
   o_part, lse = kernel(cache_len, q, qpe, ckv, kpe, words, _opaque_zero())   # [B,NS,Mpad,R], [B,NS,Mpad] f32

@@ -39,6 +39,7 @@ from custom_calls.moe_int4 import routed_experts_int4
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_triton import combine, default_blocks, route
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
+from custom_calls.moe_int4.k_chunks import to_k_chunks
 from custom_calls.moe_int4.nibbles import activation_planes
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
 from custom_calls.moe_int4.layout import dequantize_int4
@@ -406,6 +407,13 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
   wu = jnp.swapaxes(dequantize_int4(experts[2], experts[3]), 1, 2)
   wd = jnp.swapaxes(dequantize_int4(experts[4], experts[5]), 1, 2)
   per_expert_bytes = 3 * inter * d // 2 + 3 * inter * (d // 32) * 2
+  chunked_experts = {}
+
+  def k_chunked(chunk):                             # made once per chunk size, then shared by every row count
+    if chunk not in chunked_experts:
+      chunked_experts[chunk] = jax.block_until_ready(sum(
+          (to_k_chunks(experts[i], experts[i + 1], chunk) for i in (0, 2, 4)), ()))
+    return chunked_experts[chunk]
   for m in ms:
     if time.time() - T0 > budget_s:
       RESULTS["errors"].append(f"moe M={m}: skipped (time budget)")
@@ -428,14 +436,19 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
       with_default = not kernels or "default" in kernels or bool(configs)
       for cfg in ([dict(kernel="default")] if with_default else []) + sweep.get(m, []):
         try:
-          kw = {k: v for k, v in cfg.items() if k != "kernel"}
+          kw = {k: v for k, v in cfg.items() if k not in ("kernel", "k_chunk")}
+          # k_chunk C: the same expert arrays in the k-chunked layout (custom_calls/moe_int4/k_chunks.py)
+          cfg_args, cfg_sets = args, arg_sets
+          if cfg.get("k_chunk"):
+            ck = k_chunked(cfg["k_chunk"])
+            cfg_args, cfg_sets = args[:3] + ck, [a_[:3] + ck for a_ in arg_sets]
           if cfg.get("kernel") == "default":           # what the model runs: routed_experts_int4's choice
             fn = functools.partial(routed_experts_int4, expert_offset=0,
                                    impl="pallas_interpret" if smoke else "pallas")
           else:
             fn = functools.partial(MOE_KERNELS[cfg.get("kernel", "grouped")], expert_offset=0, interpret=smoke, **kw)
-          err = rel_err(jax.block_until_ready(jax.jit(fn)(*args)), ref)   # waited for: see QUEUED
-          dt, blocking = timeit(fn, arg_sets, with_blocking=True)
+          err = rel_err(jax.block_until_ready(jax.jit(fn)(*cfg_args)), ref)   # waited for: see QUEUED
+          dt, blocking = timeit(fn, cfg_sets, with_blocking=True)
           rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking)
           row.setdefault("configs", []).append(rec)
           if err < 2e-2 and (best is None or dt < best["time_s"]):

@@ -56,6 +56,23 @@ def test_moe_kernels_lower_for_h200(kernel):
   assert lower_for_h200(MOE_KERNELS[kernel], *moe_args(4)) == 2          # gate/up and down
 
 
+def k_chunked_moe_args(n, chunk, e=8, d=1024, inter=512, dtype=jnp.bfloat16):
+  """moe_args with the expert arrays k-chunked (custom_calls/moe_int4/k_chunks.py)."""
+  return (S((n, d), dtype), S((n, 8), jnp.int32), S((n, 8), jnp.float32),
+          S((e, d // chunk, inter, chunk // 8), jnp.int32), S((e, d // chunk, inter, chunk // 32), jnp.bfloat16),
+          S((e, d // chunk, inter, chunk // 8), jnp.int32), S((e, d // chunk, inter, chunk // 32), jnp.bfloat16),
+          S((e, inter // chunk, d, chunk // 8), jnp.int32), S((e, inter // chunk, d, chunk // 32), jnp.bfloat16))
+
+
+@pytest.mark.parametrize("kernel,block_k", [("grouped_planar", 256), ("grouped_planar", 128),
+                                            ("gemv_token_order", 256), ("gemv_pair_splits", 128)])
+def test_moe_kernels_on_k_chunks_lower_for_h200(kernel, block_k):
+  fn = {"grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=block_k),
+        "gemv_token_order": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=block_k, sort_pairs=False),
+        "gemv_pair_splits": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=block_k, pair_splits=4)}[kernel]
+  assert lower_for_h200(fn, *k_chunked_moe_args(4, 256)) == 2
+
+
 @pytest.mark.parametrize("b,t,h,s,num_splits", [(1, 1, 8, 4096, None), (1, 17, 8, 1024, 1), (2, 16, 64, 512, None)])
 def test_mla_kernel_lowers_for_h200(b, t, h, s, num_splits):
   args = (S((b, t, h, 512), jnp.bfloat16), S((b, t, h, 64), jnp.bfloat16), S((b, s, 512), jnp.bfloat16),

@@ -103,7 +103,7 @@ def test_dispatch():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("kernel", ["grouped", "grouped_f32_planes", "gemv"])
+@pytest.mark.parametrize("kernel", ["grouped", "grouped_f32_planes", "gemv", "grouped_k_chunks", "gemv_k_chunks"])
 @pytest.mark.parametrize("n", [1, 64, 600])
 def test_gpu_kernel(n, kernel):
   e, d, inter = 48, 7168, 2048
@@ -116,6 +116,11 @@ def test_gpu_kernel(n, kernel):
   x = jax.random.normal(ks[6], (n, d), jnp.bfloat16)
   ids = jax.random.randint(ks[7], (n, 8), 0, 384)     # repeats allowed: each pair counts on its own
   w = jax.random.uniform(ks[7], (n, 8))
+  ref = reference_f32(x, ids, w, experts, 0)
+  if kernel.endswith("_k_chunks"):                    # the same arrays k-chunked (k_chunks.py), chunk 256
+    from custom_calls.moe_int4.k_chunks import to_k_chunks
+    experts = sum((to_k_chunks(experts[i], experts[i + 1], 256) for i in (0, 2, 4)), ())
+    kernel = kernel[:-len("_k_chunks")]
   if kernel == "grouped_f32_planes":                  # nibbles.py's float32 planes instead of bf16_planes.py
     out = routed_experts_int4_pallas(x, ids, w, *experts, 0, planar=True, exact_bf16=False)
   elif kernel == "gemv":
@@ -123,7 +128,7 @@ def test_gpu_kernel(n, kernel):
     out = routed_experts_int4_gemv(x, ids, w, *experts, 0)
   else:
     out = routed_experts_int4_pallas(x, ids, w, *experts, 0)
-  assert rel_err(out, reference_f32(x, ids, w, experts, 0)) < 1e-2
+  assert rel_err(out, ref) < 1e-2
 
 
 def test_gemv_through_dispatch_repeated_experts_and_traced_offset():

@@ -6,6 +6,7 @@ returns an `Int4Experts` tuple in the order of the arguments below), then call
 """
 import jax
 
+from custom_calls.moe_int4.k_chunks import from_k_chunks, to_k_chunks
 from custom_calls.moe_int4.reference import routed_experts_dense_reference, routed_experts_int4_reference
 from custom_calls.moe_int4.repack import Int4Experts, repack
 
@@ -20,7 +21,7 @@ GEMV_MAX_TOKENS = 6
 
 def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                         down_packed, down_scale, *, group_size=32, expert_offset=0, impl="auto"):
-  """See reference.py for shapes.
+  """See reference.py for shapes. Words and scales may be in the stored layout or k-chunked (k_chunks.py).
 
   impl: "auto" (the Pallas Triton kernels on GPU backends for supported shapes, else the XLA reference;
   pallas_gemv for up to GEMV_MAX_TOKENS tokens, grouped above),
@@ -29,12 +30,19 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
   if impl not in _IMPLS:
     raise ValueError(f"routed_experts_int4: unknown impl {impl!r}; expected one of {_IMPLS}")
   args = (x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale)
+
+  def reference():                               # the XLA reference reads the stored layout
+    stored = args[:3]
+    for packed, scale in ((gate_packed, gate_scale), (up_packed, up_scale), (down_packed, down_scale)):
+      stored += from_k_chunks(packed, scale) if packed.ndim == 4 else (packed, scale)
+    return routed_experts_int4_reference(*stored, group_size=group_size, expert_offset=expert_offset)
+
   if impl == "xla":
-    return routed_experts_int4_reference(*args, group_size=group_size, expert_offset=expert_offset)
+    return reference()
   from custom_calls.moe_int4 import pallas_triton  # lazily: Pallas is not needed for "xla"
   ok = pallas_triton.supported(x, gate_packed, down_packed, group_size)
   if impl == "auto" and (jax.default_backend() != "gpu" or not ok):
-    return routed_experts_int4_reference(*args, group_size=group_size, expert_offset=expert_offset)
+    return reference()
   if not ok:
     raise ValueError(
         f"routed_experts_int4(impl={impl!r}): unsupported shapes/dtypes x {x.shape} {x.dtype}, gate_packed "

@@ -38,13 +38,14 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from custom_calls.moe_int4.k_chunks import check_block_k, check_scales, chunk_inputs, load_scale_tile, load_word_tile, logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 
 def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size):
   """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
-  w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; act_ref: f32 [rows, 8 * K/8] nibble planes (plane j at
+  w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8] nibble planes (plane j at
   columns [j*K/8, (j+1)*K/8)); act_rows / act_ok: R scalars (i32 row, bool: row r's result is used;
   act_rows[0] must be a valid row);
   magic: nibbles.MAGIC as a runtime scalar (see nibbles.nibble_planes).
@@ -69,8 +70,8 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
             for row in safe_rows]                                                          # R x 8 x [BN, BK/8]
     out = []
     for (w_ref, s_ref), acc_rows in zip(mats, accs):
-      words = w_ref[e, pl.ds(n0, block_n), pl.ds(kw0, bk8)]                              # [BN, BK/8]
-      scale = s_ref[e, pl.ds(n0, block_n), pl.ds(kw0 // wpg, bk8 // wpg)].astype(jnp.float32)  # [BN, BK/g]
+      words = load_word_tile(w_ref, e, n0, block_n, kw0, bk8)                             # [BN, BK/8]
+      scale = load_scale_tile(s_ref, e, n0, block_n, kw0 // wpg, bk8 // wpg).astype(jnp.float32)  # [BN, BK/g]
       planes = nibble_planes(words, magic)
       new_rows = []
       for acc, act in zip(acc_rows, acts):
@@ -208,12 +209,12 @@ def default_gemv_blocks(num_tokens):
 
 
 def supported(x, gate_packed, down_packed, group_size, block_k=1024):
-  e, inter, d8 = gate_packed.shape
+  e, inter, d8 = logical_shape(gate_packed)
   d = d8 * 8
   bk = min(block_k, d, inter)
   return (x.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and group_size in (8, 16, 32, 64, 128)
           and bk >= 128 and d % bk == 0 and inter % bk == 0 and inter % 64 == 0 and d % 64 == 0
-          and down_packed.shape == (e, d, inter // 8))
+          and logical_shape(down_packed) == (e, d, inter // 8))
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
@@ -228,6 +229,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
   gate_packed/up_packed: int32 [E, I, D/8]; gate_scale/up_scale: [E, I, D/g];
   down_packed: int32 [E, D, I/8]; down_scale: [E, D, I/g]. expert_offset may be traced (shard_map).
+  Words and scales may instead be k-chunked (k_chunks.py; then block_k must divide the chunk).
   block_n / block_n_down: output columns per program (gate/up, down); block_k: columns per loop step.
   sort_pairs: visit the local pairs sorted by expert (the down projection then adds into a zeroed fp32
   output with atomics) instead of in token order; rows_per_run: up to this many consecutive pairs of one
@@ -237,10 +239,10 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
-  e, inter, _ = gate_packed.shape
+  e, inter, _ = logical_shape(gate_packed)
   dbn, dbnd, dbk, dnw, dns, dsort, drun, dsplits = default_gemv_blocks(n)
   block_n, block_n_down = block_n or dbn, block_n_down or dbnd
-  block_k = min(block_k or dbk, d, inter)
+  block_k = min(block_k or min(dbk, chunk_inputs(gate_packed) or dbk, chunk_inputs(down_packed) or dbk), d, inter)
   num_warps, num_stages = num_warps or dnw, num_stages or dns
   sort_pairs = dsort if sort_pairs is None else sort_pairs
   rows_per_run = rows_per_run or drun
@@ -256,9 +258,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if pair_splits < 1 or (pair_splits > 1 and rows_per_run != 1):
     raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and above 1 only with "
                      f"rows_per_run 1 (got rows_per_run {rows_per_run})")
-  if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
-    raise ValueError(f"routed_experts_int4_gemv: scales {gate_scale.shape}, {down_scale.shape} do not match "
-                     f"group_size {group_size}")
+  check_scales("routed_experts_int4_gemv", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
+  check_block_k("routed_experts_int4_gemv (gate/up)", gate_packed, block_k)
+  check_block_k("routed_experts_int4_gemv (down)", down_packed, block_k)
   p = n * top_k
   ids = expert_ids.reshape(p).astype(jnp.int32)
   wts = expert_weights.reshape(p).astype(jnp.float32)

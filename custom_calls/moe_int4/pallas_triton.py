@@ -34,6 +34,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dot_accumulate import dot_accumulate
 from custom_calls.moe_int4.bf16_planes import dequant_group_planes_bf16
+from custom_calls.moe_int4.k_chunks import check_block_k, check_scales, load_scale_tile, load_word_tile, logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 _MAGIC_OFFSET = 8388608.0 + 8.0           # (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23 (nibbles.MAGIC)
@@ -62,12 +63,12 @@ def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, g
   (nib - 8) * scale rounded once to bf16); otherwise nibbles.py's float32 planes times the scale, cast.
   """
   bk8 = block_k // 8
-  words = w_ref[e, pl.ds(n0, block_n), pl.ds(kk * bk8, bk8)]                  # [BN, BK/8]
+  words = load_word_tile(w_ref, e, n0, block_n, kk * bk8, bk8)                # [BN, BK/8]
   # Column 8w + j lies in group 8w // g for every j (g >= 8): the g/8 adjacent words of a group share one
   # scale. Scales load as a contiguous [BN, BK/g] tile and broadcast through a [BN, BK/g, g/8] view (a
   # per-word gather would give the tile a layout that stores to shared memory one element at a time).
   wpg = group_size // 8
-  sc = s_ref[e, pl.ds(n0, block_n), pl.ds(kk * block_k // group_size, block_k // group_size)]
+  sc = load_scale_tile(s_ref, e, n0, block_n, kk * (block_k // group_size), block_k // group_size)
   if exact_bf16:
     for j, w in enumerate(dequant_group_planes_bf16(words, sc)):                # [BN, BK/8] bf16
       acc = dot_accumulate(acc, act(j), w, trans_b=True, precision=precision)
@@ -96,7 +97,7 @@ def load_token_columns(x_ref, toks, tok_ok, cols):
 def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, *,
                     block_m, block_n, block_k, group_size, num_tokens, precision, planar, exact_bf16):
   """magic: [1] i32 (nibbles.MAGIC); bvalid/bexp: [NB] i32; tok: [P_pad] i32 (num_tokens = pad);
-  x: [N, D] (planar: in the planes layout); gw/uw: i32 [E, I, D/8]; gs/us: [E, I, D/g];
+  x: [N, D] (planar: in the planes layout); gw/uw: i32 [E, I, D/8]; gs/us: [E, I, D/g] (or k-chunked);
   h: [P_pad, I] (planar: written in the planes layout, for the planar down kernel)."""
   blk = pl.program_id(0)
   jn = pl.program_id(1)
@@ -123,11 +124,11 @@ def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_
     def body(kk, carry):
       acc_g, acc_u = carry
       xb = load_token_columns(x_ref, toks, tok_ok, kk * block_k + cols)                 # [BM, BK]
-      wsl = (e, pl.ds(n0, block_n), pl.ds(kk * (block_k // 8), block_k // 8))
-      ssl = (e, pl.ds(n0, block_n), pl.ds(kk * (block_k // group_size), block_k // group_size))
-      wg = _dequant(gw_ref[wsl], gs_ref[ssl], group_size, xb.dtype)              # [BN, BK]
+      words = lambda ref: load_word_tile(ref, e, n0, block_n, kk * (block_k // 8), block_k // 8)
+      scales = lambda ref: load_scale_tile(ref, e, n0, block_n, kk * (block_k // group_size), block_k // group_size)
+      wg = _dequant(words(gw_ref), scales(gs_ref), group_size, xb.dtype)        # [BN, BK]
       acc_g = dot_accumulate(acc_g, xb, wg, trans_b=True, precision=precision)
-      wu = _dequant(uw_ref[wsl], us_ref[ssl], group_size, xb.dtype)
+      wu = _dequant(words(uw_ref), scales(us_ref), group_size, xb.dtype)
       acc_u = dot_accumulate(acc_u, xb, wu, trans_b=True, precision=precision)
       return acc_g, acc_u
 
@@ -147,7 +148,7 @@ def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_
 def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m, block_n, block_k,
                  group_size, precision, planar, exact_bf16):
   """magic: [1] i32; h: [P_pad, I] (planar: planes layout); dw: i32 [E, D, I/8]; ds: [E, D, I/g];
-  y: [P_pad, D] f32."""
+  y: [P_pad, D] f32. dw/ds may be k-chunked."""
   blk = pl.program_id(0)
   jn = pl.program_id(1)
   inter = h_ref.shape[1]
@@ -169,8 +170,8 @@ def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, 
 
     def body(kk, acc):
       hb = h_ref[pl.ds(blk * block_m, block_m), pl.ds(kk * block_k, block_k)]      # [BM, BK]
-      w = _dequant(dw_ref[e, pl.ds(n0, block_n), pl.ds(kk * (block_k // 8), block_k // 8)],
-                   ds_ref[e, pl.ds(n0, block_n), pl.ds(kk * (block_k // group_size), block_k // group_size)],
+      w = _dequant(load_word_tile(dw_ref, e, n0, block_n, kk * (block_k // 8), block_k // 8),
+                   load_scale_tile(ds_ref, e, n0, block_n, kk * (block_k // group_size), block_k // group_size),
                    group_size, hb.dtype)
       return dot_accumulate(acc, hb, w, trans_b=True, precision=precision)
 
@@ -257,39 +258,42 @@ def default_blocks(num_tokens, num_local):
 
 
 def supported(x, gate_packed, down_packed, group_size):
-  e, inter, d8 = gate_packed.shape
+  e, inter, d8 = logical_shape(gate_packed)
   d = d8 * 8
   return (x.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and group_size in (8, 16, 32, 64, 128)
-          and d % 256 == 0 and inter % 128 == 0 and down_packed.shape == (e, d, inter // 8))
+          and d % 256 == 0 and inter % 128 == 0 and logical_shape(down_packed) == (e, d, inter // 8))
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_m", "block_n", "block_k", "num_warps",
-                                             "num_stages", "planar", "exact_bf16", "interpret"))
+                                             "num_stages", "block_n_down", "block_k_down", "num_warps_down",
+                                             "num_stages_down", "planar", "exact_bf16", "interpret"))
 def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                down_packed, down_scale, expert_offset=0, *, group_size=32, block_m=None,
-                               block_n=None, block_k=None, num_warps=None, num_stages=None, planar=None,
+                               block_n=None, block_k=None, num_warps=None, num_stages=None, block_n_down=None,
+                               block_k_down=None, num_warps_down=None, num_stages_down=None, planar=None,
                                exact_bf16=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
   gate_packed/up_packed: int32 [E, I, D/8]; gate_scale/up_scale: [E, I, D/g];
   down_packed: int32 [E, D, I/8]; down_scale: [E, D, I/g]. expert_offset may be traced (shard_map).
-  Returns [N, D] in x.dtype. Block sizes default by rows per expert (default_blocks).
+  Words and scales may instead be k-chunked (k_chunks.py; then block_k and block_k_down must divide the chunk).
+  Returns [N, D] in x.dtype. Block sizes default by rows per expert (default_blocks); the *_down ones (the
+  down kernel's) default to the gate/up kernel's.
   planar (None: by default_blocks, or False when block_k is given) = True: dequantise without reshapes (8 dots
   of K = block_k/8 per chunk, one per nibble position, activations gathered with stride 8); planar=False:
   unpack to [BN, BK/8, 8] and reshape to [BN, BK].
   exact_bf16 (None: planar and bf16 x): planar planes from bf16_planes.py (bf16x2 PTX) instead of nibbles.py.
   """
   n, d = x.shape
-  e, inter, _ = gate_packed.shape
-  if gate_packed.shape != (e, inter, d // 8) or up_packed.shape != gate_packed.shape:
+  e, inter, _ = logical_shape(gate_packed)
+  if logical_shape(gate_packed) != (e, inter, d // 8) or up_packed.shape != gate_packed.shape:
     raise ValueError(f"routed_experts_int4_pallas: gate/up packed {gate_packed.shape}/{up_packed.shape}, "
-                     f"expected [E, I, D/8] with D = {d} from x {x.shape}")
-  if down_packed.shape != (e, d, inter // 8):
-    raise ValueError(f"routed_experts_int4_pallas: down packed {down_packed.shape}, expected {(e, d, inter // 8)}")
-  if gate_scale.shape != (e, inter, d // group_size) or down_scale.shape != (e, d, inter // group_size):
-    raise ValueError(f"routed_experts_int4_pallas: scales {gate_scale.shape}, {down_scale.shape} do not match "
-                     f"group_size {group_size}")
+                     f"expected [E, I, D/8] (or k-chunked [E, D/C, I, C/8]) with D = {d} from x {x.shape}")
+  if logical_shape(down_packed) != (e, d, inter // 8):
+    raise ValueError(f"routed_experts_int4_pallas: down packed {down_packed.shape}, expected {(e, d, inter // 8)} "
+                     "or its k-chunked form")
+  check_scales("routed_experts_int4_pallas", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
   dbm, dbn, dbk, dnw, dns, dplanar = default_blocks(n, e)
   if planar is None:
     planar = dplanar if block_k is None else False
@@ -299,14 +303,20 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   num_warps = num_warps or dnw
   num_stages = num_stages or dns
   block_k = min(block_k, d)
-  block_k_down = min(block_k, inter)
-  for name, size, blk in (("D", d, block_k), ("I", inter, block_k_down), ("I", inter, block_n), ("D", d, block_n)):
+  block_n_down = block_n_down or block_n
+  block_k_down = min(block_k_down or block_k, inter)
+  num_warps_down, num_stages_down = num_warps_down or num_warps, num_stages_down or num_stages
+  check_block_k("routed_experts_int4_pallas (gate/up)", gate_packed, block_k)
+  check_block_k("routed_experts_int4_pallas (down)", down_packed, block_k_down)
+  for name, size, blk in (("D", d, block_k), ("I", inter, block_k_down), ("I", inter, block_n),
+                          ("D", d, block_n_down)):
     if size % blk:
       raise ValueError(f"routed_experts_int4_pallas: {name} = {size} is not a multiple of block {blk}")
   if planar and (block_k < 128 or group_size < 8 or block_k_down < 128):
     raise ValueError("routed_experts_int4_pallas: planar=True needs block_k >= 128 (dots of K = block_k/8 >= 16)")
-  if block_k % group_size or block_k % 8:
-    raise ValueError(f"routed_experts_int4_pallas: block_k {block_k} must be a multiple of group {group_size}")
+  if block_k % group_size or block_k % 8 or block_k_down % group_size:
+    raise ValueError(f"routed_experts_int4_pallas: block_k {block_k} and block_k_down {block_k_down} must be "
+                     f"multiples of group {group_size}")
   precision = lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
   if exact_bf16 is None:
     exact_bf16 = planar and x.dtype == jnp.bfloat16
@@ -318,6 +328,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   p_pad = row_token.shape[0]
   nb = p_pad // block_m
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+  params_down = plgpu.CompilerParams(num_warps=num_warps_down, num_stages=num_stages_down)
   magic = jnp.full((1,), MAGIC, jnp.int32)
 
   # planar: x in the planes layout (nibbles.py), pre-scaled by 2**-e for the float32 planes, as is for bf16 ones
@@ -332,11 +343,11 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   )(magic, block_valid, block_expert, row_token, x_planes, gate_packed, gate_scale, up_packed, up_scale)
 
   y = pl.pallas_call(
-      functools.partial(_down_kernel, block_m=block_m, block_n=block_n, block_k=block_k_down,
+      functools.partial(_down_kernel, block_m=block_m, block_n=block_n_down, block_k=block_k_down,
                         group_size=group_size, precision=precision, planar=planar, exact_bf16=exact_bf16),
-      grid=(nb, d // block_n),
+      grid=(nb, d // block_n_down),
       out_shape=jax.ShapeDtypeStruct((p_pad, d), jnp.float32),
-      compiler_params=params, interpret=interpret, name="moe_int4_down",
+      compiler_params=params_down, interpret=interpret, name="moe_int4_down",
   )(magic, block_valid, block_expert, h, down_packed, down_scale)
 
   return combine(y, pos, is_local, expert_weights, x.dtype)

@@ -17,6 +17,7 @@ from flax import nnx
 
 from ddtree_jax.cache import init_latent_cache
 from ddtree_jax.config import DFlashConfig, ModelConfig
+from ddtree_jax.model.experts import kernel_k_chunk, use_kernel_layout
 from ddtree_jax.sampling import SamplingParams
 from ddtree_jax.spec.prefill import DEFAULT_CHUNK as DEFAULT_PREFILL_CHUNK, check_chunk, chunk_layout
 from ddtree_jax.spec.state import GenerationState
@@ -95,11 +96,17 @@ class Engine:
   """
 
   def __init__(self, target, target_cfg: ModelConfig, drafter=None, drafter_cfg: Optional[DFlashConfig] = None,
-               *, cache_dtype=None, mesh=None, prefill_chunk: Optional[int] = DEFAULT_PREFILL_CHUNK):
+               *, cache_dtype=None, mesh=None, prefill_chunk: Optional[int] = DEFAULT_PREFILL_CHUNK,
+               moe_layout: str = "auto"):
     """mesh: a ("data", "model") jax.sharding.Mesh (ddtree_jax.sharding.make_mesh) to run on; parameters
     not already placed are moved onto it by the rules of sharding.py. None: one device.
-    prefill_chunk: prompt tokens per prefill forward (spec/prefill.py); 0 or None: the whole prompt at once."""
+    prefill_chunk: prompt tokens per prefill forward (spec/prefill.py); 0 or None: the whole prompt at once.
+    moe_layout: the INT4 experts' layout ("auto": k-chunked for the GPU kernels on a GPU backend, else as stored;
+    model/experts.py kernel_k_chunk). Re-laying them changes `target`'s expert arrays in place, once."""
     self.prefill_chunk = check_chunk(prefill_chunk)
+    self.moe_k_chunk = kernel_k_chunk(target_cfg, moe_layout)
+    if self.moe_k_chunk:
+      use_kernel_layout(target, self.moe_k_chunk)
     if (drafter is None) != (drafter_cfg is None):
       raise ValueError("Engine: pass both drafter and drafter_cfg, or neither")
     if drafter_cfg is not None:

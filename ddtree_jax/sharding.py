@@ -42,6 +42,7 @@ TARGET_RULES: tuple[tuple[str, tuple, Optional[str]], ...] = (
     (r"self_attn\.kv_b_proj\.kernel$", (None, MODEL), "num_attention_heads"),     # [R, H*(128+128)]
     (r"self_attn\.o_proj\.kernel$", (MODEL, None), "num_attention_heads"),        # [H*128, D]
     (r"mlp\.experts\.", (MODEL, None, None), "n_routed_experts"),                 # [E, ., .]
+    (r"mlp\.experts\.", (MODEL, None, None, None), "n_routed_experts"),           # k-chunked INT4 [E, ., ., .]
     (r"mlp\.shared_experts\.(gate|up)_proj\.kernel$", (None, MODEL), "shared_intermediate"),   # [D, I]
     (r"mlp\.shared_experts\.down_proj\.kernel$", (MODEL, None), "shared_intermediate"),        # [I, D]
     (r"mlp\.(gate|up)_proj\.kernel$", (None, MODEL), "intermediate_size"),        # dense layers [D, I]
@@ -138,7 +139,7 @@ def spec_for(path: str, shape: Sequence[int], mesh: Mesh, cfg=None, rules=TARGET
     if not template or m == 1:
       return P()
     if len(template) != len(shape):
-      return P()
+      continue                  # a rule of another rank (stored vs k-chunked experts); the last rule replicates
     req = _requirement(cfg, need)
     if req is not None and req % m:
       return P()

@@ -65,7 +65,8 @@ def k_chunked_moe_args(n, chunk, e=8, d=1024, inter=512, dtype=jnp.bfloat16):
 
 
 @pytest.mark.parametrize("kernel,block_k", [("grouped_planar", 256), ("grouped_planar", 128),
-                                            ("gemv_token_order", 256), ("gemv_pair_splits", 128)])
+                                            ("gemv_token_order", 256), ("gemv_pair_splits", 128),
+                                            ("gemv_token_order", 1024), ("gemv_pair_splits", 512)])
 def test_moe_kernels_on_k_chunks_lower_for_h200(kernel, block_k):
   fn = {"grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=block_k),
         "gemv_token_order": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=block_k, sort_pairs=False),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from custom_calls.moe_int4 import routed_experts_int4
-from custom_calls.moe_int4.k_chunks import from_k_chunks, logical_shape, to_k_chunks
+from custom_calls.moe_int4.k_chunks import check_block_k, from_k_chunks, logical_shape, to_k_chunks
 from custom_calls.moe_int4.layout import dequantize_int4
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
@@ -42,8 +42,11 @@ def test_bad_chunk_and_block_k_are_named():
   with pytest.raises(ValueError, match=r"scale has shape \(2, 8, 4\), expected \(2, 8, 8\)"):
     to_k_chunks(packed, scale[..., :4], 128)
   x, ids, w, experts = make_inputs(1, 3, 2, 4, 4, 256, 256, jnp.bfloat16)
-  with pytest.raises(ValueError, match="block_k 256 must divide the k-chunk size 128"):
+  with pytest.raises(ValueError, match="block_k 256 must divide the k-chunk size 128 \\(k-chunked"):
     routed_experts_int4_pallas(x, ids, w, *chunked(experts, 128), 0, block_k=256, interpret=True)
+  with pytest.raises(ValueError, match="block_k 96 must divide the k-chunk size 64 or be a multiple of it"):
+    check_block_k("gemv", chunked(experts, 64)[0], 96, multiples=True)
+  check_block_k("gemv", chunked(experts, 64)[0], 128, multiples=True)          # two chunks per K step: fine
   bad = list(chunked(experts, 128))
   bad[1] = experts[1]                                    # gate scales left in the stored layout
   with pytest.raises(ValueError, match="gate_scale has shape"):
@@ -64,22 +67,30 @@ def test_grouped_kernel_same_bits_in_both_layouts(dtype, opts, chunk):
                                                                                        else 1e-2)
 
 
-@pytest.mark.parametrize("opts", [dict(block_k=128), dict(block_k=128, sort_pairs=True, rows_per_run=2)])
-def test_gemv_kernel_same_bits_in_both_layouts(opts):
+@pytest.mark.parametrize("opts,chunk", [
+    (dict(block_k=128), 256),                                            # K step inside a chunk: [BN, BK/8] tiles
+    (dict(block_k=256), 64),                                             # 4 chunks per K step: [4, BN, 8] tiles
+    (dict(block_k=256, sort_pairs=True, rows_per_run=2), 128),           # sorted runs on [2, BN, 16] tiles
+])
+def test_gemv_kernel_same_bits_in_both_layouts(opts, chunk):
   x, ids, w, experts = make_inputs(8, 4, 3, 12, 6, 512, 256, jnp.bfloat16)
   stored = routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, **opts)
-  out = routed_experts_int4_gemv(x, ids, w, *chunked(experts, 256), 3, interpret=True, **opts)
+  out = routed_experts_int4_gemv(x, ids, w, *chunked(experts, chunk), 3, interpret=True, **opts)
   np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(stored, np.float32))
 
 
 def test_dispatch_reads_k_chunks():
-  """The XLA path (and impl auto off the GPU) converts back; the interpreted kernels read the chunks directly,
-  the gemv with its default block_k capped at the chunk."""
+  """The XLA path (and impl auto off the GPU) converts back; the interpreted kernels read the chunks directly
+  (the gemv's K step of min(1024, D, I) = 256 inputs is 2 chunks of 128)."""
   x, ids, w, experts = make_inputs(9, 3, 4, 12, 6, 512, 256, jnp.float32)
   ref = routed_experts_int4(x, ids, w, *experts, expert_offset=1, impl="xla")
-  ck = chunked(experts, 256)
+  ck = chunked(experts, 128)
   np.testing.assert_array_equal(np.asarray(routed_experts_int4(x, ids, w, *ck, expert_offset=1, impl="xla")),
                                 np.asarray(ref))
   np.testing.assert_array_equal(np.asarray(routed_experts_int4(x, ids, w, *ck, expert_offset=1)), np.asarray(ref))
   out = routed_experts_int4(x, ids, w, *ck, expert_offset=1, impl="pallas_interpret")     # 3 tokens: the gemv
   assert rel_err(out, ref) < 1e-5
+  # 9 tokens: the grouped kernel with its k-chunk defaults (block_k = the chunk, 128 here)
+  x, ids, w, experts = make_inputs(10, 9, 4, 12, 6, 512, 256, jnp.float32)
+  out = routed_experts_int4(x, ids, w, *chunked(experts, 128), expert_offset=1, impl="pallas_interpret")
+  assert rel_err(out, routed_experts_int4(x, ids, w, *experts, expert_offset=1, impl="xla")) < 1e-5

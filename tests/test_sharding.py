@@ -46,6 +46,9 @@ def test_k26_rules():
   assert spec("layers.3.self_attn.kv_a_proj_with_mqa.kernel", (7168, 576)) == P()
   assert spec("layers.3.mlp.experts.gate_packed", (384, 2048, 896)) == P("model", None, None)
   assert spec("layers.3.mlp.experts.down_scale", (384, 7168, 64)) == P("model", None, None)
+  # k-chunked experts (Int4Experts.use_k_chunks, chunk 256): still split on the expert axis
+  assert spec("layers.3.mlp.experts.gate_packed", (384, 28, 2048, 32)) == P("model", None, None, None)
+  assert spec("layers.3.mlp.experts.down_scale", (384, 8, 7168, 8)) == P("model", None, None, None)
   assert spec("layers.3.mlp.shared_experts.gate_proj.kernel", (7168, 2048)) == P(None, "model")
   assert spec("layers.3.mlp.shared_experts.down_proj.kernel", (2048, 7168)) == P("model", None)
   assert spec("layers.0.mlp.up_proj.kernel", (7168, 18432)) == P(None, "model")

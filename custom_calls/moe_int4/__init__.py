@@ -17,6 +17,11 @@ _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 # 2: 0.039 vs 0.094, 4: 0.070 vs 0.103, 8: 0.124 vs 0.129 (a tie within the runs' spread, so the bound
 # stayed at 6).
 GEMV_MAX_TOKENS = 6
+# The k-chunk size of the layout the model gives the kernels on a GPU (k_chunks.py; ddtree_jax/model/experts.py
+# use_k_chunks): the grouped kernels' K step, so that each of their tiles is one contiguous block. H200, issue 6
+# tenth round: block_n 128 on chunk 256 runs 16-512 tokens at 0.90-1.03 of the roofline; chunk 512 or 1024 under
+# the same 256-input tiles ran slower than the stored layout.
+KERNEL_K_CHUNK = 256
 
 
 def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
@@ -61,5 +66,5 @@ def routed_experts_dense(x, expert_ids, expert_weights, w_gate, w_up, w_down, *,
                                         expert_offset=expert_offset)
 
 
-__all__ = ["routed_experts_int4", "routed_experts_dense", "routed_experts_int4_reference",
+__all__ = ["KERNEL_K_CHUNK", "to_k_chunks", "from_k_chunks", "routed_experts_int4", "routed_experts_dense", "routed_experts_int4_reference",
            "routed_experts_dense_reference", "repack", "Int4Experts"]

@@ -78,12 +78,14 @@ def chunk_inputs(packed):
   return packed.shape[3] * 8 if packed.ndim == 4 else None
 
 
-def check_block_k(name, packed, block_k):
-  """Raise unless a kernel's K tile of block_k inputs lies inside one chunk (k-chunked arrays only)."""
+def check_block_k(name, packed, block_k, *, multiples=False):
+  """Raise unless a kernel's K step of block_k inputs lies inside one chunk (or, multiples=True, is also allowed
+  to be a whole number of chunks). Stored-layout arrays pass."""
   c = chunk_inputs(packed)
-  if c is not None and (block_k > c or c % block_k):
-    raise ValueError(f"{name}: block_k {block_k} must divide the k-chunk size {c} of the k-chunked expert words "
-                     f"{tuple(packed.shape)}")
+  if c is None or (block_k <= c and c % block_k == 0) or (multiples and block_k % c == 0):
+    return
+  raise ValueError(f"{name}: block_k {block_k} must divide the k-chunk size {c}" + (" or be a multiple of it"
+                   if multiples else "") + f" (k-chunked expert words {tuple(packed.shape)})")
 
 
 def load_word_tile(w_ref, e, n0, block_n, kw0, bk8):

@@ -38,7 +38,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from custom_calls.moe_int4.k_chunks import check_block_k, check_scales, chunk_inputs, load_scale_tile, load_word_tile, logical_shape
+from custom_calls.moe_int4.k_chunks import check_block_k, check_scales, load_scale_tile, load_word_tile, logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 
@@ -51,27 +51,44 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   magic: nibbles.MAGIC as a runtime scalar (see nibbles.nibble_planes).
   Returns [[BN] per row] per mat. Every row shares one dequantisation of the [BN, BK/8] word tile.
 
+  With k-chunked words and block_k above the chunk every tile is [NC, BN, C/8] instead (NC = block_k / C).
   Everything is a [BN, BK/8] tile in one layout: the activations are loaded already broadcast over the BN
   rows (each thread loads the columns of its own words, cache hits), because a [BK/8] vector broadcast in
   registers makes Triton convert layouts through shared memory (a barrier per plane, H200 SASS).
   """
   bk8 = block_k // 8
   k8 = act_ref.shape[1] // 8
-  w_idx = jnp.arange(bk8, dtype=jnp.int32)
-  zero_rows = jnp.zeros((block_n, 1), jnp.int32)
   wpg = group_size // 8                                  # words per scale group
+  # k-chunked words with a K step of several chunks: [NC, BN, C/8] tiles (NC contiguous [BN, C/8] pieces, the
+  # same access granularity as the stored layout's BN rows); otherwise [BN, BK/8] tiles.
+  w0 = mats[0][0]
+  cw = w0.shape[3] if w0.ndim == 4 else bk8
+  nc = bk8 // cw if w0.ndim == 4 and bk8 > cw else 0
+  if nc:
+    cols = (jnp.arange(nc, dtype=jnp.int32)[:, None, None] * cw + jnp.arange(cw, dtype=jnp.int32)[None, None, :]
+            + jnp.zeros((1, block_n, 1), jnp.int32))                                       # [NC, BN, C/8]
+  else:
+    cols = jnp.zeros((block_n, 1), jnp.int32) + jnp.arange(bk8, dtype=jnp.int32)[None, :]  # [BN, BK/8]
   # Rows outside the run read row 0's activations instead (finite; unwritten rows of h may not be), so the
   # loads need no mask; the caller discards those rows' results.
   safe_rows = [act_rows[0]] + [jnp.where(ok, row, act_rows[0]) for row, ok in zip(act_rows[1:], act_ok[1:])]
 
+  def tiles(w_ref, s_ref, c):
+    """The K step c of one matrix: (words, f32 scales), each [NC, BN, .] or [BN, .]."""
+    if nc:
+      words = w_ref[e, pl.ds(c * nc, nc), pl.ds(n0, block_n), :]
+      scale = s_ref[e, pl.ds(c * nc, nc), pl.ds(n0, block_n), :]
+    else:
+      words = load_word_tile(w_ref, e, n0, block_n, c * bk8, bk8)
+      scale = load_scale_tile(s_ref, e, n0, block_n, c * (bk8 // wpg), bk8 // wpg)
+    return words, scale.astype(jnp.float32)
+
   def body(c, accs):
     kw0 = c * bk8
-    acts = [[act_ref[row, zero_rows + (j * k8 + kw0 + w_idx)[None, :]] for j in range(8)]
-            for row in safe_rows]                                                          # R x 8 x [BN, BK/8]
+    acts = [[act_ref[row, cols + (j * k8 + kw0)] for j in range(8)] for row in safe_rows]   # R x 8 x cols' shape
     out = []
     for (w_ref, s_ref), acc_rows in zip(mats, accs):
-      words = load_word_tile(w_ref, e, n0, block_n, kw0, bk8)                             # [BN, BK/8]
-      scale = load_scale_tile(s_ref, e, n0, block_n, kw0 // wpg, bk8 // wpg).astype(jnp.float32)  # [BN, BK/g]
+      words, scale = tiles(w_ref, s_ref, c)
       planes = nibble_planes(words, magic)
       new_rows = []
       for acc, act in zip(acc_rows, acts):
@@ -79,13 +96,15 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
         for j in range(1, 8):
           part += planes[j] * act[j]
         if wpg > 1:                                   # the words of one group are adjacent in a thread
-          part = jnp.sum(part.reshape(block_n, bk8 // wpg, wpg), axis=2)
+          part = jnp.sum(part.reshape(*part.shape[:-1], part.shape[-1] // wpg, wpg), axis=-1)
         new_rows.append(acc + part * scale)
       out.append(tuple(new_rows))
     return tuple(out)
 
-  zeros = jnp.zeros((block_n, bk8 // wpg), jnp.float32)
+  zeros = jnp.zeros(cols.shape[:-1] + (cols.shape[-1] // wpg,), jnp.float32)
   accs = lax.fori_loop(0, num_chunks, body, tuple(tuple(zeros for _ in act_rows) for _ in mats))
+  if nc:
+    return [[jnp.sum(jnp.sum(acc, axis=2), axis=0) for acc in acc_rows] for acc_rows in accs]
   return [[jnp.sum(acc, axis=1) for acc in acc_rows] for acc_rows in accs]
 
 
@@ -229,7 +248,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
   gate_packed/up_packed: int32 [E, I, D/8]; gate_scale/up_scale: [E, I, D/g];
   down_packed: int32 [E, D, I/8]; down_scale: [E, D, I/g]. expert_offset may be traced (shard_map).
-  Words and scales may instead be k-chunked (k_chunks.py; then block_k must divide the chunk).
+  Words and scales may instead be k-chunked (k_chunks.py; block_k a divisor or a multiple of the chunk).
   block_n / block_n_down: output columns per program (gate/up, down); block_k: columns per loop step.
   sort_pairs: visit the local pairs sorted by expert (the down projection then adds into a zeroed fp32
   output with atomics) instead of in token order; rows_per_run: up to this many consecutive pairs of one
@@ -242,7 +261,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   e, inter, _ = logical_shape(gate_packed)
   dbn, dbnd, dbk, dnw, dns, dsort, drun, dsplits = default_gemv_blocks(n)
   block_n, block_n_down = block_n or dbn, block_n_down or dbnd
-  block_k = min(block_k or min(dbk, chunk_inputs(gate_packed) or dbk, chunk_inputs(down_packed) or dbk), d, inter)
+  block_k = min(block_k or dbk, d, inter)
   num_warps, num_stages = num_warps or dnw, num_stages or dns
   sort_pairs = dsort if sort_pairs is None else sort_pairs
   rows_per_run = rows_per_run or drun
@@ -259,8 +278,8 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
     raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and above 1 only with "
                      f"rows_per_run 1 (got rows_per_run {rows_per_run})")
   check_scales("routed_experts_int4_gemv", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
-  check_block_k("routed_experts_int4_gemv (gate/up)", gate_packed, block_k)
-  check_block_k("routed_experts_int4_gemv (down)", down_packed, block_k)
+  check_block_k("routed_experts_int4_gemv (gate/up)", gate_packed, block_k, multiples=True)
+  check_block_k("routed_experts_int4_gemv (down)", down_packed, block_k, multiples=True)
   p = n * top_k
   ids = expert_ids.reshape(p).astype(jnp.int32)
   wts = expert_weights.reshape(p).astype(jnp.float32)

@@ -34,7 +34,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dot_accumulate import dot_accumulate
 from custom_calls.moe_int4.bf16_planes import dequant_group_planes_bf16
-from custom_calls.moe_int4.k_chunks import check_block_k, check_scales, load_scale_tile, load_word_tile, logical_shape
+from custom_calls.moe_int4.k_chunks import (check_block_k, check_scales, chunk_inputs, load_scale_tile, load_word_tile,
+                                            logical_shape)
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 _MAGIC_OFFSET = 8388608.0 + 8.0           # (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23 (nibbles.MAGIC)
@@ -235,10 +236,12 @@ def route(expert_ids, num_local, expert_offset, block_m, by_rank=None):
   return row_token, pos, is_local, block_valid, block_expert
 
 
-def default_blocks(num_tokens, num_local):
+def default_blocks(num_tokens, num_local, k_chunk=None):
   """(block_m, block_n, block_k, num_warps, num_stages, planar), the fastest of the H200 sweeps at the K2.6
   shard (48 experts, D 7168, I 2048), assuming about one local (token, expert) pair per token (top-8 of 384
-  experts over 8 devices). Milliseconds (benchmarks/RESULTS.md, issue 6 fifth round; bf16 planes):
+  experts over 8 devices). k_chunk: the inputs per chunk of k-chunked expert arrays (see
+  _default_blocks_k_chunks), None for the stored layout.
+  Stored layout, milliseconds (benchmarks/RESULTS.md, issue 6 fifth round; bf16 planes):
     8 tokens: bn32 0.152-0.155, bn64 0.148-0.171     16: bn32 0.246, bn64 0.255
     32: bn64 0.311, bn32 0.388                         64: bn64 0.422-0.440, bn128 0.476-0.481
     128-512: bn128 0.535 / 0.564 / 0.577, bn64 0.558 / 0.579 / 0.599
@@ -246,6 +249,8 @@ def default_blocks(num_tokens, num_local):
                                                        the former bm128 bn128 bk64 non-planar 2.387 / 2.476.
   """
   del num_local
+  if k_chunk:
+    return _default_blocks_k_chunks(num_tokens, k_chunk)
   if num_tokens <= 16:
     return 16, 32, 256, 4, 3, True
   if num_tokens <= 64:
@@ -255,6 +260,22 @@ def default_blocks(num_tokens, num_local):
   if num_tokens <= 1024:
     return 32, 64, 256, 4, 3, True
   return 64, 128, 128, 4, 3, True
+
+
+def _default_blocks_k_chunks(num_tokens, k_chunk):
+  """default_blocks for k-chunked arrays: block_k = the chunk (up to 256), so that each tile is one contiguous
+  block. H200, issue 6 tenth round (calls 1-2, ms, queued samples; stored-layout default in brackets):
+    8 tokens: bn64 0.111, bn128 0.118-0.120 (0.127-0.130)     16: bn128 0.143 (0.201), bn64 0.160
+    32: bn128 0.219-0.222 (0.277)                              64: bn128 0.318-0.327 (0.403)
+    128: bn128 0.393-0.405 (0.422-0.435)                       512: bn128 0.439-0.451 (0.463-0.469)
+    1024: bm32 bn128 0.582 (0.665)                             4096: bm32 bn128 1.800 (2.818)
+  """
+  bk = min(256, k_chunk)
+  if num_tokens <= 8:
+    return 16, 64, bk, 4, 3, True
+  if num_tokens <= 512:
+    return 16, 128, bk, 4, 3, True
+  return 32, 128, bk, 4, 3, True
 
 
 def supported(x, gate_packed, down_packed, group_size):
@@ -294,7 +315,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
     raise ValueError(f"routed_experts_int4_pallas: down packed {down_packed.shape}, expected {(e, d, inter // 8)} "
                      "or its k-chunked form")
   check_scales("routed_experts_int4_pallas", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
-  dbm, dbn, dbk, dnw, dns, dplanar = default_blocks(n, e)
+  dbm, dbn, dbk, dnw, dns, dplanar = default_blocks(n, e, chunk_inputs(gate_packed))
   if planar is None:
     planar = dplanar if block_k is None else False
   block_m = block_m or dbm

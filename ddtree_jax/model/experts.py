@@ -31,9 +31,22 @@ class Int4Experts(nnx.Module):
     self.down_scale = nnx.Param(scales((e, d, i // g)))
 
   def arrays(self):
-    """The stacked expert arrays, in the order `apply` takes them (for shard_map)."""
+    """The stacked expert arrays, in the order `apply` takes them (for shard_map). Stored layout (above) or,
+    after `use_k_chunks`, k-chunked: words [E, in/C, out, C/8], scales [E, in/C, out, C/g]."""
     return (self.gate_packed[...], self.gate_scale[...], self.up_packed[...], self.up_scale[...],
             self.down_packed[...], self.down_scale[...])
+
+  def use_k_chunks(self, chunk: int):
+    """Re-lays the six arrays k-chunked (custom_calls/moe_int4/k_chunks.py) in place, once, keeping each
+    array's expert sharding; the old arrays are released. The kernels read tiles of this layout as contiguous
+    blocks (benchmarks/RESULTS.md, issue 6 tenth round); the XLA reference converts back on the fly."""
+    for w_name, s_name in (("gate_packed", "gate_scale"), ("up_packed", "up_scale"), ("down_packed", "down_scale")):
+      w_var, s_var = getattr(self, w_name), getattr(self, s_name)
+      if w_var[...].ndim == 4:
+        continue                                                   # already k-chunked
+      packed, scale = _to_k_chunks(w_var.get_value(), s_var.get_value(), chunk, self.group_size)
+      w_var.set_value(packed)                                      # a new array (new shape), not an update
+      s_var.set_value(scale)
 
   def apply(self, arrays, x, ids, weights, expert_offset=0):
     return custom_calls.routed_experts_int4(x, ids, weights, *arrays, group_size=self.group_size,
@@ -41,6 +54,53 @@ class Int4Experts(nnx.Module):
 
   def __call__(self, x, ids, weights, expert_offset=0):
     return self.apply(self.arrays(), x, ids, weights, expert_offset)
+
+
+def _to_k_chunks(packed, scale, chunk, group_size):
+  """k_chunks.to_k_chunks as one compiled program whose outputs keep the inputs' expert-axis sharding."""
+  from custom_calls.moe_int4.k_chunks import to_k_chunks
+  out = None
+  sharding = getattr(packed, "sharding", None)
+  if isinstance(sharding, jax.sharding.NamedSharding):
+    spec = tuple(sharding.spec) + (None,) * (3 - len(sharding.spec))
+    four = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(spec[0], None, None, None))
+    out = (four, four)
+  # Not donated: other holders of the stored arrays keep valid ones. The stored arrays are freed when the last
+  # reference goes (one layer's experts at a time, so the peak is one layer's experts above the model).
+  return jax.jit(lambda w, s: to_k_chunks(w, s, chunk, group_size=group_size), out_shardings=out)(packed, scale)
+
+
+MOE_LAYOUTS = ("auto", "as_is", "k_chunks")
+
+
+def kernel_k_chunk(cfg: ModelConfig, layout: str = "auto"):
+  """The k-chunk size for the INT4 experts of a model with `cfg`, or None for the stored layout.
+
+  layout "auto": k-chunked (custom_calls.moe_int4.KERNEL_K_CHUNK inputs) when the GPU kernels will run them
+  (a GPU backend, INT4 experts, D and I multiples of the chunk), else stored (the XLA reference on other
+  backends reads the stored layout without converting); "as_is" (no re-laying: whatever layout the model has);
+  "k_chunks" (wherever the shapes allow, else an error)."""
+  from custom_calls.moe_int4 import KERNEL_K_CHUNK
+  if layout not in MOE_LAYOUTS:
+    raise ValueError(f"moe_layout must be one of {MOE_LAYOUTS}, got {layout!r}")
+  fits = (cfg.experts_int4 and cfg.hidden_size % KERNEL_K_CHUNK == 0
+          and cfg.moe_intermediate_size % KERNEL_K_CHUNK == 0)
+  if layout == "as_is" or not fits or (layout == "auto" and jax.default_backend() != "gpu"):
+    if layout == "k_chunks" and not fits:
+      raise ValueError(f"moe_layout 'k_chunks' needs INT4 experts with hidden_size ({cfg.hidden_size}) and "
+                       f"moe_intermediate_size ({cfg.moe_intermediate_size}) multiples of {KERNEL_K_CHUNK}")
+    return None
+  return KERNEL_K_CHUNK
+
+
+def use_kernel_layout(model, chunk: int) -> int:
+  """Puts every Int4Experts of `model` in the k-chunked layout (in place). Returns how many were converted."""
+  n = 0
+  for _, m in nnx.iter_graph(model):
+    if isinstance(m, Int4Experts):
+      m.use_k_chunks(chunk)
+      n += 1
+  return n
 
 
 class DenseExperts(nnx.Module):

@@ -16,6 +16,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from custom_calls.moe_int4.k_chunks import from_k_chunks
 from custom_calls.moe_int4.layout import dequantize_int4
 from ddtree_jax.model.experts import DenseExperts
 from ddtree_jax.model.rope import rope_cos_sin
@@ -46,7 +47,11 @@ def expert_weights(experts, dtype):
   if isinstance(experts, DenseExperts):
     return experts.w_gate[...].astype(dtype), experts.w_up[...].astype(dtype), experts.w_down[...].astype(dtype)
   g = experts.group_size
-  deq = lambda p, s: jnp.swapaxes(dequantize_int4(p[...], s[...], group_size=g, dtype=dtype), 1, 2)
+  def deq(p, s):
+    p, s = p[...], s[...]
+    if p.ndim == 4:                                  # k-chunked (Int4Experts.use_k_chunks): the stored layout first
+      p, s = from_k_chunks(p, s)
+    return jnp.swapaxes(dequantize_int4(p, s, group_size=g, dtype=dtype), 1, 2)
   return (deq(experts.gate_packed, experts.gate_scale), deq(experts.up_packed, experts.up_scale),
           deq(experts.down_packed, experts.down_scale))
 

@@ -46,6 +46,7 @@ import numpy as np
 
 import custom_calls
 from custom_calls.mla_attention import select_kernel
+from custom_calls.moe_int4 import KERNEL_K_CHUNK, to_k_chunks
 from ddtree_jax.model.norm import rms_norm
 from ddtree_jax.model.rope import apply_rope_interleaved, rope_cos_sin, yarn_inv_freq
 from ddtree_jax.train.common import write_json
@@ -153,6 +154,16 @@ def init_int4_experts(key, d: SliceDims):
   return (words(ks[0], (e, i, dd // 8)), scales(ks[1], (e, i, dd // g)),
           words(ks[2], (e, i, dd // 8)), scales(ks[3], (e, i, dd // g)),
           words(ks[4], (e, dd, i // 8)), scales(ks[5], (e, dd, i // g)))
+
+
+def kernel_layout_params(params, d: SliceDims):
+  """(params with every MoE layer's experts k-chunked, chunk) as the engine lays them out for the GPU kernels
+  (ddtree_jax/model/experts.py kernel_k_chunk); (params, None) when the chunk does not divide D and I."""
+  c = KERNEL_K_CHUNK
+  if d.hidden % c or d.moe_inter % c:
+    return params, None
+  chunked = lambda ex: sum((to_k_chunks(ex[i], ex[i + 1], c, group_size=d.group) for i in (0, 2, 4)), ())
+  return dict(params, moe=[dict(m, experts=chunked(m["experts"])) for m in params["moe"]]), c
 
 
 def init_params(key, d: SliceDims, moe_layers: int):
@@ -364,7 +375,10 @@ def main(argv=None):
 
   t0 = time.perf_counter()
   params = init_params(jax.random.key(0), d, args.moe_layers)
-  jax.block_until_ready(params)
+  # the kernel path runs the experts in the layout the engine gives the GPU kernels, the XLA path as stored
+  kernel_params, moe_k_chunk = kernel_layout_params(params, d) if "pallas" in impls else (params, None)
+  params_by_impl = {"pallas": kernel_params, "xla": params}
+  jax.block_until_ready(params_by_impl)
   init_s = time.perf_counter() - t0
   inv_freq, mult = yarn_inv_freq(d.rope, d.rope_theta, _yarn(d))
   inv_freq = jnp.asarray(inv_freq, jnp.float32)
@@ -413,6 +427,7 @@ def main(argv=None):
                                impl=CUSTOM_CALL_IMPL[impl])
     routes = {kind: np.stack([routing(rng, t, d, kind) for _ in range(args.moe_layers)]) for kind in ("random", "zipf")}
     tc0 = time.perf_counter()
+    params = params_by_impl[impl]
     compiled = fn.lower(params, caches, x, positions, cache_len, mask, jnp.asarray(routes["random"])).compile()
     compile_s = time.perf_counter() - tc0
     for kind, ids_np in routes.items():
@@ -433,7 +448,8 @@ def main(argv=None):
       t_mem = acc["bytes"] / ceil["copy_bytes_per_s"]
       t_fl = acc["flops"] / ceil["matmul_flops_per_s"]
       roof = max(t_mem, t_fl)
-      row = dict(impl=impl, mla_kernel=mla_kernel, context=ctx, T=t, N=n, mode="ar" if t == 1 else "verify",
+      row = dict(impl=impl, mla_kernel=mla_kernel, moe_k_chunk=moe_k_chunk if impl == "pallas" else None,
+                 context=ctx, T=t, N=n, mode="ar" if t == 1 else "verify",
                  routing=kind, layers=n_layers, moe_layers=args.moe_layers, time_s=med, times_s=all_t,
                  compile_s=compile_s,
                  local_distinct=local_distinct, local_pairs=local_pairs, total_distinct=total_distinct,

@@ -66,5 +66,5 @@ def routed_experts_dense(x, expert_ids, expert_weights, w_gate, w_up, w_down, *,
                                         expert_offset=expert_offset)
 
 
-__all__ = ["KERNEL_K_CHUNK", "to_k_chunks", "from_k_chunks", "routed_experts_int4", "routed_experts_dense", "routed_experts_int4_reference",
-           "routed_experts_dense_reference", "repack", "Int4Experts"]
+__all__ = ["KERNEL_K_CHUNK", "to_k_chunks", "from_k_chunks", "routed_experts_int4", "routed_experts_dense",
+           "routed_experts_int4_reference", "routed_experts_dense_reference", "repack", "Int4Experts"]

@@ -22,7 +22,9 @@ from jax.experimental import pallas as pl
 
 
 def to_k_chunks(packed, scale, chunk, *, group_size=32):
-  """Stored layout -> k-chunked. packed: int32 [E, N, K/8]; scale: [E, N, K/g] -> ([E, K/C, N, C/8], [E, K/C, N, C/g])."""
+  """Stored layout -> k-chunked.
+
+  packed: int32 [E, N, K/8]; scale: [E, N, K/g] -> ([E, K/C, N, C/8], [E, K/C, N, C/g])."""
   e, n, k8 = packed.shape
   k = k8 * 8
   if chunk % 8 or chunk % group_size or k % chunk:

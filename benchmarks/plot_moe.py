@@ -1,5 +1,9 @@
 """Plot the INT4 MoE over the whole token range from `benchmarks/kernels.py --only moe` JSON files.
 
+  R=benchmarks/results/issue6_r10/call3/moe/kernels.json     # tenth round: k-chunked experts vs stored, one run
+  python benchmarks/plot_moe.py --final $R --k-chunk 256 --earlier $R \
+      --earlier-label "stored layout, same run" --out benchmarks/results/moe_int4_h200_r10.png
+
   R=benchmarks/results/issue6_r6
   python benchmarks/plot_moe.py --final $R/call3/moe/kernels.json,$R/call2/moe/kernels.json \
       --sweeps $R/call2/moe/kernels.json --earlier benchmarks/results/issue6_r5_final/kernels.json \
@@ -37,27 +41,30 @@ def _series(rows, pick):
   return [m for m, _ in pts], [t for _, t in pts]
 
 
-def _dispatched(paths):
+def _dispatched(paths, k_chunk=None):
   """Rows of the `default` (dispatched) config from the runs in `paths`, the first run that has M winning; each
-  row's time_s / frac_roofline are the default config's (not the best of its sweep)."""
+  row's time_s / frac_roofline are the default config's (not the best of its sweep). k_chunk: the default config
+  timed on the expert arrays k-chunked that way (kernels.py's `k_chunk` key); None: on the stored layout."""
   rows = {}
   for path in paths:
     for r in _rows(path):
-      t = next((c["time_s"] for c in r.get("configs", []) if c["cfg"].get("kernel") == "default" and "time_s" in c),
-               None)
+      t = next((c["time_s"] for c in r.get("configs", []) if c["cfg"].get("kernel") == "default" and "time_s" in c
+                and c["cfg"].get("k_chunk") == k_chunk), None)
       if t is not None and r["M"] not in rows:
         rows[r["M"]] = {**r, "time_s": t, "frac_roofline": r["roofline_s"] / t}
   return [rows[m] for m in sorted(rows)]
 
 
-def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None):
-  """matplotlib Figure of the dispatched kernels (`final_jsons`: a path or a list of paths) against the
-  rooflines, the float32-planes configs of the sweep runs, an earlier dispatched run and the REFERENCE baselines."""
+def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None, *, k_chunk=None, earlier_k_chunk=None,
+               earlier_label=None):
+  """matplotlib Figure of the dispatched kernels (`final_jsons`: a path or a list of paths; their default configs
+  on arrays k-chunked by `k_chunk`, None: stored) against the rooflines, the float32-planes configs of the sweep
+  runs, an earlier dispatched run (its default configs at `earlier_k_chunk`) and the REFERENCE baselines."""
   import matplotlib.pyplot as plt
 
   if isinstance(final_jsons, str):
     final_jsons = [final_jsons]
-  final = _dispatched(final_jsons)
+  final = _dispatched(final_jsons, k_chunk)
   with open(final_jsons[0]) as f:
     ceil = json.load(f)["roofline"]
   f32_best = {}
@@ -69,11 +76,13 @@ def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None):
 
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.4))
   m, t = _series(final, lambda r: r["time_s"] * 1e3)
-  a1.plot(m, t, "tab:red", marker="o", label="Pallas INT4, dispatched (gemv <= 6 tokens, grouped bf16 planes above)")
+  layout = f", experts k-chunked ({k_chunk})" if k_chunk else ""
+  a1.plot(m, t, "tab:red", marker="o", label=f"Pallas INT4, dispatched (gemv <= 6 tokens, grouped above){layout}")
   if earlier_json:
-    earlier = _dispatched([earlier_json])
+    earlier = _dispatched([earlier_json], earlier_k_chunk)
     em, et = _series(earlier, lambda r: r["time_s"] * 1e3)
-    a1.plot(em, et, "tab:orange", marker=".", ls=":", label=f"earlier run ({earlier_json.split('/')[-2]})")
+    a1.plot(em, et, "tab:orange", marker=".", ls=":",
+            label=earlier_label or f"earlier run ({earlier_json.split('/')[-2]})")
   if f32_best:
     fm = sorted(f32_best)
     a1.plot(fm, [f32_best[k] * 1e3 for k in fm], "tab:purple", marker="s", ls="--",
@@ -93,6 +102,9 @@ def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None):
   a1.grid(True, which="both", alpha=0.2)
 
   a2.plot(m, [r["frac_roofline"] for r in final], "tab:red", marker="o", label="dispatched")
+  if earlier_json:
+    a2.plot(em, [r["frac_roofline"] for r in earlier], "tab:orange", marker=".", ls=":",
+            label=earlier_label or "earlier run")
   if f32_best:
     a2.plot(fm, [r["roofline_s"] / f32_best[r["M"]] for r in final if r["M"] in f32_best], "tab:purple",
             marker="s", ls="--", label="float32 planes (before)")
@@ -113,11 +125,15 @@ def main():
   ap.add_argument("--final", required=True, help="comma-separated kernels.json files with `default` configs")
   ap.add_argument("--sweeps", default="", help="comma-separated kernels.json files with exact_bf16=False configs")
   ap.add_argument("--earlier", default="", help="kernels.json of an earlier dispatched run, drawn for comparison")
+  ap.add_argument("--k-chunk", type=int, default=None, help="--final's default configs on arrays k-chunked so")
+  ap.add_argument("--earlier-k-chunk", type=int, default=None, help="--earlier's default configs at this k-chunk")
+  ap.add_argument("--earlier-label", default=None, help="legend label of --earlier")
   ap.add_argument("--out", required=True, help="PNG to write")
   a = ap.parse_args()
   import matplotlib
   matplotlib.use("Agg")
-  fig = moe_figure([p for p in a.final.split(",") if p], [p for p in a.sweeps.split(",") if p], a.earlier or None)
+  fig = moe_figure([p for p in a.final.split(",") if p], [p for p in a.sweeps.split(",") if p], a.earlier or None,
+                   k_chunk=a.k_chunk, earlier_k_chunk=a.earlier_k_chunk, earlier_label=a.earlier_label)
   fig.savefig(a.out, dpi=110, bbox_inches="tight")
   print(f"wrote {a.out}")
 

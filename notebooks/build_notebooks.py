@@ -251,20 +251,19 @@ ax.set_title("MLA: fraction of the roofline per shape (blue: memory-bound, red: 
 ax.legend(fontsize=7)
 show(fig, "kernels_mla_fraction.png")'''),
     new_markdown_cell("""\
-## INT4 MoE over the whole token range (issue 6, sixth round)
-`benchmarks/plot_moe.py` draws the dispatched kernels (`benchmarks/results/issue6_r6/call3/` and `call2/`, timed
-with queued samples so host dispatch overlaps the device) against the memory roofline (INT4 weights and scales
-of the experts hit / measured copy bandwidth), the compute roofline, the same grouped shapes on the older
-float32 planes, the fifth round's run (blocking samples, host dispatch included) and REFERENCE.md's bf16
-baselines. Memory-bound up to ~1K tokens; the 0.75 target applies to 1-64 tokens."""),
+## INT4 MoE over the whole token range (issue 6, tenth round)
+`benchmarks/plot_moe.py` draws the dispatched kernels on the expert arrays k-chunked as the engine lays them out
+on a GPU (`benchmarks/results/issue6_r10/call3/`, queued samples so host dispatch overlaps the device) against the
+same run's dispatch on the stored layout, the memory roofline (INT4 weights and scales of the experts hit /
+measured copy bandwidth), the compute roofline and REFERENCE.md's bf16 baselines. Memory-bound up to ~1K tokens;
+the 0.75 target applies to 1-64 tokens."""),
     new_code_cell('''\
 from benchmarks.plot_moe import _dispatched, moe_figure
 
-res = os.path.join(ROOT, "benchmarks", "results", "issue6_r6")
-finals = [os.path.join(res, c, "moe", "kernels.json") for c in ("call3", "call2")]
-fig = moe_figure(finals, [finals[1]], os.path.join(ROOT, "benchmarks", "results", "issue6_r5_final", "kernels.json"))
+run = os.path.join(ROOT, "benchmarks", "results", "issue6_r10", "call3", "moe", "kernels.json")
+fig = moe_figure([run], (), run, k_chunk=256, earlier_label="stored layout, same run")
 show(fig, "kernels_moe.png")
-for r in _dispatched(finals):
+for r in _dispatched([run], k_chunk=256):
     print(f"M={r['M']:5d}: {r['time_s'] * 1e3:.3f} ms = {r['frac_roofline']:.0%} of the roofline, "
           f"{r['bytes'] / r['time_s'] / 1e12:.2f} TB/s of INT4 weights")'''),
     new_markdown_cell("""\

@@ -7,7 +7,7 @@ import pytest
 from ddtree_jax import cost_model as cm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SLICE = os.path.join(ROOT, "benchmarks", "results", "k26_slice_h200_r9.json")   # the fit in configs/cost_h200.json
+SLICE = os.path.join(ROOT, "benchmarks", "results", "k26_slice_h200_r10.json")  # the fit in configs/cost_h200.json
 
 
 def test_load_and_shape():

@@ -46,8 +46,8 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
-  nibble planes (plane j at columns [j*K/8, (j+1)*K/8)); act_rows / act_ok: R scalars (i32 row, bool: row r's result is used;
-  act_rows[0] must be a valid row);
+  nibble planes (plane j at columns [j*K/8, (j+1)*K/8)); act_rows / act_ok: R scalars (i32 row, bool: row r's
+  result is used; act_rows[0] must be a valid row);
   magic: nibbles.MAGIC as a runtime scalar (see nibbles.nibble_planes).
   Returns [[BN] per row] per mat. Every row shares one dequantisation of the [BN, BK/8] word tile.
 

@@ -1,10 +1,12 @@
-"""Load-time layout for the INT4 MoE kernel.
+"""Load-time checks for the INT4 MoE kernels' arrays.
 
-The Pallas kernel (pallas_triton.py) reads the compressed-tensors `pack-quantized` arrays as stored
-(int32 words [E, out, in/8], nibble j of word w = column 8w+j; scales [E, out, in/group]) and
-dequantises them in registers, so no repacking is required: `repack` only checks shapes and dtypes
-once at load time and returns the arrays in a named tuple that the model can keep and splat into
-`routed_experts_int4(x, ids, weights, *experts, ...)`.
+The Pallas kernels (pallas_triton.py, pallas_gemv.py) read the compressed-tensors `pack-quantized` arrays as
+stored (int32 words [E, out, in/8], nibble j of word w = column 8w+j; scales [E, out, in/group]) and dequantise
+them in registers. `repack` checks shapes and dtypes once at load time and returns the arrays in a named tuple
+that can be splatted into `routed_experts_int4(x, ids, weights, *experts, ...)`.
+
+The faster load-time layout is k_chunks.py's reordering (every kernel tile one contiguous block), which the model
+applies on a GPU (ddtree_jax/model/experts.py `use_k_chunks`); `to_k_chunks` takes this tuple's pairs.
 """
 from typing import NamedTuple
 

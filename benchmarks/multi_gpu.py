@@ -25,7 +25,7 @@ import numpy as np
 from flax import nnx
 
 
-def part1_embedded(smoke: bool):
+def part1_embedded(smoke: bool, modes=("ar", "dflash", "ddtree")):
   from ddtree_jax import sharding
   from ddtree_jax.cli.common import load_models, random_models
   from ddtree_jax.engine import Engine
@@ -50,7 +50,7 @@ def part1_embedded(smoke: bool):
   t, d = make()
   one = Engine(t, cfg, d, dcfg)
   rows = []
-  for mode, budget in (("ar", 1), ("dflash", 1), ("ddtree", 16)):
+  for mode, budget in [(m, 16 if m == "ddtree" else 1) for m in modes]:
     ref = [r.token_ids for r in one.generate(prompts, mode=mode, budget=budget, max_new_tokens=32)]
     for m in meshes:
       t, d = make()
@@ -117,6 +117,8 @@ def main():
   ap.add_argument("--budgets", default="8,16,32,64,128")
   ap.add_argument("--contexts", default="4096,32768")
   ap.add_argument("--reps", type=int, default=20)
+  ap.add_argument("--parts", default="1,2", help="which parts to run: 1 (tokens vs one device), 2 (K2.6 rounds)")
+  ap.add_argument("--part1_modes", default="ar,dflash,ddtree", help="part 1's modes (a short call: e.g. ar,ddtree)")
   ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "multi_gpu.json"))
   a = ap.parse_args()
   budgets = [int(x) for x in a.budgets.split(",")]
@@ -126,14 +128,17 @@ def main():
   else:
     reps = a.reps
   print(f"{jax.device_count()} x {jax.devices()[0].device_kind}", flush=True)
+  parts = {int(p) for p in a.parts.split(",") if p}
+  modes = [m for m in a.part1_modes.split(",") if m]
   out = {"devices": jax.device_count(), "device_kind": jax.devices()[0].device_kind,
-         "part1_embedded": part1_embedded(a.smoke),
-         "part2_k26": part2_k26(a.smoke, a.layers, budgets, contexts, reps)}
+         "part1_embedded": part1_embedded(a.smoke, modes) if 1 in parts else [],
+         "part2_k26": part2_k26(a.smoke, a.layers, budgets, contexts, reps) if 2 in parts else []}
   with open(a.out, "w") as f:
     json.dump(out, f, indent=1)
   print(f"wrote {a.out}")
-  ok = all(r["identical_to_one_device"] for r in out["part1_embedded"])
-  print(f"part 1: {'all identical' if ok else 'MISMATCH'}")
+  if out["part1_embedded"]:
+    ok = all(r["identical_to_one_device"] for r in out["part1_embedded"])
+    print(f"part 1: {'all identical' if ok else 'MISMATCH'}")
   for r in out["part2_k26"]:
     print(f"ctx {r['context']:>6} {r['mode']:>6} N={r['budget']:>4}: {r['round_ms']:8.2f} ms/round")
 

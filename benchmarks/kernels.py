@@ -346,18 +346,18 @@ def gemv_sweep(m):
 
 
 def grouped_sweep(m):
-  """pallas_triton (grouped, tensor cores) configs for M tokens: the dispatch's default shape first (the best of
-  the H200 runs, benchmarks/RESULTS.md), then the same shape on nibbles.py's float32 planes (before/after in
-  one run), then other shapes."""
+  """pallas_triton (grouped, tensor cores) configs for M tokens: the dispatch's default shape on the stored layout
+  first (the best of the H200 runs, benchmarks/RESULTS.md), then the same shape on nibbles.py's float32 planes
+  (before/after in one run), then the model's k-chunked layout (chunk 256, as Engine lays the experts out on a
+  GPU), then other shapes."""
   g = lambda **kw: {**dict(planar=True, block_m=16, block_n=64, block_k=256, num_warps=4, num_stages=3), **kw}
-  if m <= 16:
-    return [g(block_n=32), g(block_n=32, exact_bf16=False), g(), g(block_n=16), g(block_k=512)]
-  if m <= 64:
-    return [g(), g(exact_bf16=False), g(block_n=128), g(block_k=512), g(block_n=32)]
+  if m <= 8:
+    return [g(block_n=32), g(block_n=32, exact_bf16=False), g(k_chunk=256), g(), g(block_n=16), g(block_k=512)]
   if m <= 512:
-    return [g(block_n=128), g(block_n=128, exact_bf16=False), g(), g(block_m=32)]
+    return [g(block_n=128), g(block_n=128, exact_bf16=False), g(block_n=128, k_chunk=256), g(), g(block_m=32)]
   if m <= 1024:
-    return [g(block_m=32), g(block_m=32, exact_bf16=False), g(block_n=128), g(block_m=32, block_n=128, num_warps=8)]
+    return [g(block_m=32), g(block_m=32, exact_bf16=False), g(block_m=32, block_n=128, k_chunk=256),
+            g(block_n=128), g(block_m=32, block_n=128, num_warps=8)]
   return [g(block_m=64, block_n=128, block_k=128), g(block_m=64, block_n=128, block_k=128, exact_bf16=False),
           g(block_m=128, block_n=128, block_k=128, num_warps=8),
           dict(block_m=128, block_n=128, block_k=64, num_warps=8, num_stages=3)]

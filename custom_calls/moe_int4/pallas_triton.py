@@ -248,14 +248,14 @@ def default_blocks(num_tokens, num_local, k_chunk=None):
     128-512: bn128 0.535 / 0.564 / 0.577, bn64 0.558 / 0.579 / 0.599
     1024: bm32 0.724, bm16 bn128 0.979                 2048 / 4096: bm64 bn128 bk128 1.256 / 2.443,
                                                        the former bm128 bn128 bk64 non-planar 2.387 / 2.476.
+  Tenth round (one run, queued samples, stored layout): bn128 at 16 / 32 / 64 tokens 0.151 / 0.252 / 0.342 ms
+  against bn32 / bn64 / bn64 0.202 / 0.278 / 0.406, so bn128 from 9 tokens on (8 tokens: bn32, not re-timed).
   """
   del num_local
   if k_chunk:
     return _default_blocks_k_chunks(num_tokens, k_chunk)
-  if num_tokens <= 16:
+  if num_tokens <= 8:
     return 16, 32, 256, 4, 3, True
-  if num_tokens <= 64:
-    return 16, 64, 256, 4, 3, True
   if num_tokens <= 512:
     return 16, 128, 256, 4, 3, True
   if num_tokens <= 1024:

@@ -54,6 +54,7 @@ def test_generate_json_all_modes_agree(dirs, tmp_path):
     ("--dtype=int8", "--dtype='int8'"),
     ("--prompt_ids=1,x", "--prompt_ids='1,x'"),
     ("--prefill_chunk=-1", "--prefill_chunk=-1: must be >= 0"),
+    ("--moe_layout=k_chunks", "moe_layout 'k_chunks' needs INT4 experts with hidden_size (64)"),
 ])
 def test_bad_flags_exit_nonzero_with_message(dirs, flag, message):
   target, drafter, _ = dirs

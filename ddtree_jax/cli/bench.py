@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 
 from absl import app, flags
 
-from ddtree_jax.cli import common  # noqa: F401  (--prefill_chunk)
+from ddtree_jax.cli import common  # noqa: F401  (--prefill_chunk, --moe_layout)
 from ddtree_jax.cli import distributed  # noqa: F401  (--mesh and the jax.distributed flags)
 
 FLAGS = flags.FLAGS
@@ -199,7 +199,7 @@ def main(argv):
       raise UsageError("the model directory has no tokenizer")
     texts = load_prompt_texts(FLAGS.prompts, tok, FLAGS.num_prompts)
     prompts = [tok.encode(t) for t in texts]
-    engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk)
+    engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk, moe_layout=FLAGS.moe_layout)
   except (UsageError, ValueError) as e:
     print(f"ddtree-bench: error: {e}", file=sys.stderr)
     return 2

@@ -13,6 +13,10 @@ from ddtree_jax.spec.prefill import DEFAULT_CHUNK
 flags.DEFINE_integer("prefill_chunk", DEFAULT_CHUNK, "prompt tokens per prefill forward; long prompts are "
                      "prefilled in chunks of this many tokens (less activation memory), 0 = in one forward")
 
+flags.DEFINE_enum("moe_layout", "auto", ["auto", "as_is", "k_chunks"],
+                  "INT4 experts' layout in memory: auto = k-chunked for the GPU kernels on a GPU (each kernel tile one "
+                  "contiguous block), as loaded elsewhere; as_is = as loaded; k_chunks = k-chunked on any backend")
+
 DTYPES = {"bfloat16": jnp.bfloat16, "bf16": jnp.bfloat16, "float32": jnp.float32, "fp32": jnp.float32}
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

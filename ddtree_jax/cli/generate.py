@@ -12,7 +12,7 @@ import sys
 
 from absl import app, flags
 
-from ddtree_jax.cli import common  # noqa: F401  (--prefill_chunk)
+from ddtree_jax.cli import common  # noqa: F401  (--prefill_chunk, --moe_layout)
 from ddtree_jax.cli import distributed  # noqa: F401  (--mesh and the jax.distributed flags)
 
 FLAGS = flags.FLAGS
@@ -91,7 +91,7 @@ def main(argv):
     target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
                                                          want_drafter=FLAGS.mode != "ar", mesh=mesh)
     prompts, texts = read_prompts(tok)
-    engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk)
+    engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk, moe_layout=FLAGS.moe_layout)
   except (UsageError, ValueError) as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2

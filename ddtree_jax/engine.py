@@ -104,13 +104,13 @@ class Engine:
     moe_layout: the INT4 experts' layout ("auto": k-chunked for the GPU kernels on a GPU backend, else as stored;
     model/experts.py kernel_k_chunk). Re-laying them changes `target`'s expert arrays in place, once."""
     self.prefill_chunk = check_chunk(prefill_chunk)
-    self.moe_k_chunk = kernel_k_chunk(target_cfg, moe_layout)
-    if self.moe_k_chunk:
-      use_kernel_layout(target, self.moe_k_chunk)
     if (drafter is None) != (drafter_cfg is None):
       raise ValueError("Engine: pass both drafter and drafter_cfg, or neither")
     if drafter_cfg is not None:
       drafter_cfg.check_against(target_cfg)
+    self.moe_k_chunk = kernel_k_chunk(target_cfg, moe_layout)
+    if self.moe_k_chunk:                                   # after every check: a refused Engine changes nothing
+      use_kernel_layout(target, self.moe_k_chunk)
     self.target_cfg = target_cfg
     self.drafter_cfg = drafter_cfg
     self.mesh = mesh

@@ -71,7 +71,8 @@ def test_moe_kernels_on_k_chunks_lower_for_h200(kernel, block_k):
   fn = {"grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=block_k),
         "gemv_token_order": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=block_k, sort_pairs=False),
         "gemv_pair_splits": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=block_k, pair_splits=4)}[kernel]
-  assert lower_for_h200(fn, *k_chunked_moe_args(4, 256)) == 2
+  # I = 1024 so that the gemv's K step of 1024 inputs is not clipped to I: 4 chunks per step
+  assert lower_for_h200(fn, *k_chunked_moe_args(4, 256, d=1024, inter=1024)) == 2
 
 
 @pytest.mark.parametrize("b,t,h,s,num_splits", [(1, 1, 8, 4096, None), (1, 17, 8, 1024, 1), (2, 16, 64, 512, None)])

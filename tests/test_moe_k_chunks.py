@@ -1,5 +1,6 @@
-"""The k-chunked expert layout (custom_calls/moe_int4/k_chunks.py): a pure reordering, so every kernel must give
-the same bits in both layouts, and the dispatch's XLA path must read it too."""
+"""The k-chunked expert layout (custom_calls/moe_int4/k_chunks.py): a pure reordering, so the kernels must give the
+same bits in both layouts (the gemv with a K step of several chunks: the same values up to float32 summation
+order), and the dispatch's XLA path must read it too."""
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from custom_calls.moe_int4 import routed_experts_int4
 from custom_calls.moe_int4.k_chunks import check_block_k, from_k_chunks, logical_shape, to_k_chunks
 from custom_calls.moe_int4.layout import dequantize_int4
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+from custom_calls.moe_int4 import pallas_triton
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from tests.test_kernels_moe import make_inputs, reference_f32, rel_err
 
@@ -47,6 +49,18 @@ def test_bad_chunk_and_block_k_are_named():
   with pytest.raises(ValueError, match="block_k 96 must divide the k-chunk size 64 or be a multiple of it"):
     check_block_k("gemv", chunked(experts, 64)[0], 96, multiples=True)
   check_block_k("gemv", chunked(experts, 64)[0], 128, multiples=True)          # two chunks per K step: fine
+  with pytest.raises(ValueError, match="block_k_down 256 must divide the k-chunk size 128"):
+    routed_experts_int4_pallas(x, ids, w, *experts[:4], *to_k_chunks(experts[4], experts[5], 128), 0,
+                               block_k=128, block_k_down=256, interpret=True)
+  mixed = list(chunked(experts, 128))
+  mixed[2] = experts[2]                                  # up words stored, gate words k-chunked
+  with pytest.raises(ValueError, match="up_packed .* and gate_packed .* must have one shape"):
+    routed_experts_int4_gemv(x, ids, w, *mixed, 0, block_k=128, interpret=True)
+  with pytest.raises(ValueError, match="down_scale has shape"):          # the XLA path checks the pairs too
+    routed_experts_int4(x, ids, w, *chunked(experts, 128)[:5], experts[5], impl="xla")
+  # chunks the grouped kernel's default K step (256 or 128 inputs) cannot tile: the dispatch falls back
+  assert pallas_triton.supported(x, chunked(experts, 128)[0], chunked(experts, 128)[4], 32)
+  assert not pallas_triton.supported(x, chunked(experts, 64)[0], chunked(experts, 64)[4], 32)
   bad = list(chunked(experts, 128))
   bad[1] = experts[1]                                    # gate scales left in the stored layout
   with pytest.raises(ValueError, match="gate_scale has shape"):
@@ -67,16 +81,21 @@ def test_grouped_kernel_same_bits_in_both_layouts(dtype, opts, chunk):
                                                                                        else 1e-2)
 
 
-@pytest.mark.parametrize("opts,chunk", [
-    (dict(block_k=128), 256),                                            # K step inside a chunk: [BN, BK/8] tiles
-    (dict(block_k=256), 64),                                             # 4 chunks per K step: [4, BN, 8] tiles
-    (dict(block_k=256, sort_pairs=True, rows_per_run=2), 128),           # sorted runs on [2, BN, 16] tiles
+@pytest.mark.parametrize("opts,chunk,dtype", [
+    (dict(block_k=128), 256, jnp.bfloat16),                              # K step inside a chunk: [BN, BK/8] tiles
+    (dict(block_k=256), 64, jnp.float32),                                # 4 chunks per K step: [4, BN, 8] tiles
+    (dict(block_k=256, sort_pairs=True, rows_per_run=2), 128, jnp.float32),   # sorted runs on [2, BN, 16] tiles
 ])
-def test_gemv_kernel_same_bits_in_both_layouts(opts, chunk):
-  x, ids, w, experts = make_inputs(8, 4, 3, 12, 6, 512, 256, jnp.bfloat16)
-  stored = routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, **opts)
-  out = routed_experts_int4_gemv(x, ids, w, *chunked(experts, chunk), 3, interpret=True, **opts)
-  np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(stored, np.float32))
+def test_gemv_kernel_same_values_in_both_layouts(opts, chunk, dtype):
+  x, ids, w, experts = make_inputs(8, 4, 3, 12, 6, 512, 256, dtype)
+  stored = np.asarray(routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, **opts), np.float32)
+  out = np.asarray(routed_experts_int4_gemv(x, ids, w, *chunked(experts, chunk), 3, interpret=True, **opts),
+                   np.float32)
+  if opts["block_k"] <= chunk:                           # one chunk per K step: the same sums in the same order
+    np.testing.assert_array_equal(out, stored)
+  else:                                                  # [NC, BN, C/8] tiles are summed in another order
+    assert rel_err(out, stored) < 1e-6
+  assert rel_err(out, reference_f32(x, ids, w, experts, 3)) < (1e-5 if dtype == jnp.float32 else 1e-2)
 
 
 def test_dispatch_reads_k_chunks():

@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 from configs.tiny import tiny, tiny_drafter
+from ddtree_jax.config import Int4Quantization
 from ddtree_jax.engine import Engine
 from ddtree_jax.model.deepseek import DeepseekV3
 from ddtree_jax.model.dflash import DFlashDrafter
@@ -20,22 +21,40 @@ from ddtree_jax.model.experts import Int4Experts, kernel_k_chunk, use_kernel_lay
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def experts_of(model):
+  return [m for _, m in nnx.iter_graph(model) if isinstance(m, Int4Experts)]
+
+
 def test_ddtree_tokens_identical_on_k_chunks():
-  cfg = tiny(stop_token_ids=())
+  """Engine(moe_layout="k_chunks") re-lays the model's experts itself (the GPU default, here on the CPU: the XLA
+  path converts back in every call) and gives the tokens of the stored layout."""
+  cfg = tiny(stop_token_ids=(), hidden_size=256, moe_intermediate_size=256)     # multiples of KERNEL_K_CHUNK
   dcfg = tiny_drafter(cfg, block_size=8)
   prompts = [[5, 17, 33, 2, 90, 41, 7], [12, 250, 3, 3, 64]]
   out = []
-  for chunked in (False, True):
+  for layout in ("as_is", "k_chunks"):
     target = DeepseekV3(cfg, dtype=jnp.float32, rngs=nnx.Rngs(3))
-    if chunked:
-      assert use_kernel_layout(target, 32) == cfg.num_hidden_layers - cfg.first_k_dense_replace
-      experts = [m for _, m in nnx.iter_graph(target) if isinstance(m, Int4Experts)]
-      assert all(a.ndim == 4 for m in experts for a in m.arrays())
-      # [E, D/C, I, C/8] for gate/up, [E, I/C, D, C/8] for down
-      assert experts[0].gate_packed[...].shape == (8, 2, 32, 4) and experts[0].down_scale[...].shape == (8, 1, 64, 1)
-    eng = Engine(target, cfg, DFlashDrafter(dcfg, dtype=jnp.float32, rngs=nnx.Rngs(4)), dcfg, moe_layout="as_is")
+    eng = Engine(target, cfg, DFlashDrafter(dcfg, dtype=jnp.float32, rngs=nnx.Rngs(4)), dcfg, moe_layout=layout)
+    experts = experts_of(target)
+    assert len(experts) == cfg.num_hidden_layers - cfg.first_k_dense_replace
+    if layout == "k_chunks":
+      assert eng.moe_k_chunk == 256 and all(a.ndim == 4 for m in experts for a in m.arrays())
+      # [E, D/C, I, C/8] for gate/up, [E, I/C, D, C/g] for the down scales
+      assert experts[0].gate_packed[...].shape == (8, 1, 256, 32) and experts[0].down_scale[...].shape == (8, 1, 256, 8)
+    else:
+      assert eng.moe_k_chunk is None and all(a.ndim == 3 for m in experts for a in m.arrays())
     out.append([r.token_ids for r in eng.generate(prompts, mode="ddtree", budget=12, max_new_tokens=10)])
   assert out[0] == out[1] and all(len(t) == 10 for t in out[0])
+
+
+def test_refused_engine_leaves_the_model_alone():
+  cfg = tiny(stop_token_ids=(), hidden_size=256, moe_intermediate_size=256)
+  target = DeepseekV3(cfg, dtype=jnp.float32, rngs=nnx.Rngs(3))
+  with pytest.raises(ValueError, match="pass both drafter and drafter_cfg"):
+    Engine(target, cfg, None, tiny_drafter(cfg), moe_layout="k_chunks")
+  assert all(a.ndim == 3 for m in experts_of(target) for a in m.arrays())
+  assert use_kernel_layout(target, 128) == len(experts_of(target))           # the explicit call, chunk 128
+  assert experts_of(target)[0].up_packed[...].shape == (8, 2, 256, 16)
 
 
 def test_layout_choice():
@@ -50,6 +69,11 @@ def test_layout_choice():
     kernel_k_chunk(tiny(), "k_chunks")
   with pytest.raises(ValueError, match="moe_layout must be one of"):
     kernel_k_chunk(tiny(), "planar")
+  # a group size the kernels do not take (or that the chunk cannot hold): left as loaded, refused when forced
+  g512 = tiny(hidden_size=1024, moe_intermediate_size=1024, quantization=Int4Quantization(group_size=512))
+  assert kernel_k_chunk(g512, "auto") is None
+  with pytest.raises(ValueError, match="a group size of 8-128 \\(got 512\\)"):
+    kernel_k_chunk(g512, "k_chunks")
 
 
 SHARDED = r"""

@@ -6,7 +6,7 @@ returns an `Int4Experts` tuple in the order of the arguments below), then call
 """
 import jax
 
-from custom_calls.moe_int4.k_chunks import from_k_chunks, to_k_chunks
+from custom_calls.moe_int4.k_chunks import check_scales, from_k_chunks, to_k_chunks
 from custom_calls.moe_int4.reference import routed_experts_dense_reference, routed_experts_int4_reference
 from custom_calls.moe_int4.repack import Int4Experts, repack
 
@@ -37,6 +37,8 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
   args = (x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale)
 
   def reference():                               # the XLA reference reads the stored layout
+    if gate_packed.ndim == 4 or down_packed.ndim == 4:
+      check_scales("routed_experts_int4", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
     stored = args[:3]
     for packed, scale in ((gate_packed, gate_scale), (up_packed, up_scale), (down_packed, down_scale)):
       stored += from_k_chunks(packed, scale) if packed.ndim == 4 else (packed, scale)
@@ -52,7 +54,7 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
     raise ValueError(
         f"routed_experts_int4(impl={impl!r}): unsupported shapes/dtypes x {x.shape} {x.dtype}, gate_packed "
         f"{gate_packed.shape}, down_packed {down_packed.shape}, group_size {group_size} "
-        "(need D % 256 == 0, I % 128 == 0, power-of-two group size 8..128)")
+        "(need D % 256 == 0, I % 128 == 0, power-of-two group size 8..128, k-chunks of a multiple of 128 inputs)")
   interpret = impl == "pallas_interpret"
   from custom_calls.moe_int4 import pallas_gemv
   if x.shape[0] <= GEMV_MAX_TOKENS and pallas_gemv.supported(x, gate_packed, down_packed, group_size):

@@ -8,7 +8,9 @@ K-chunked with chunk C (a multiple of the group size and of 8): words [E, K/C, N
 chunk c holds inputs [c*C, (c+1)*C) of every output row, rows consecutive. A tile of any BN rows x BK <= C
 inputs (C % BK == 0) inside one chunk is then BN * BK/2 contiguous bytes when BK == C (one segment per tile),
 and BN segments of BK/2 bytes C/2 apart otherwise. Same words, same nibbles, same scales: only the order of the
-array's elements changes, so the kernels' arithmetic and results are identical in both layouts.
+array's elements changes. The grouped kernel, and the gemv with a K step inside one chunk, give identical bits in
+both layouts; the gemv with a K step of several chunks sums a tile's products in another order (differences at
+the float32 rounding level).
 
 The kernels (pallas_triton.py, pallas_gemv.py) accept either layout: `load_word_tile` / `load_scale_tile`
 below index a 3-D (as stored) or 4-D (k-chunked) ref. The XLA reference takes the stored layout
@@ -80,14 +82,19 @@ def chunk_inputs(packed):
   return packed.shape[3] * 8 if packed.ndim == 4 else None
 
 
-def check_block_k(name, packed, block_k, *, multiples=False):
-  """Raise unless a kernel's K step of block_k inputs lies inside one chunk (or, multiples=True, is also allowed
-  to be a whole number of chunks). Stored-layout arrays pass."""
+def block_k_fits(packed, block_k, *, multiples=False):
+  """Whether a kernel's K step of block_k inputs lies inside one chunk of `packed` (or, multiples=True, is a
+  whole number of chunks). Stored-layout arrays always fit."""
   c = chunk_inputs(packed)
-  if c is None or (block_k <= c and c % block_k == 0) or (multiples and block_k % c == 0):
-    return
-  raise ValueError(f"{name}: block_k {block_k} must divide the k-chunk size {c}" + (" or be a multiple of it"
-                   if multiples else "") + f" (k-chunked expert words {tuple(packed.shape)})")
+  return c is None or (block_k <= c and c % block_k == 0) or (multiples and block_k % c == 0)
+
+
+def check_block_k(name, packed, block_k, *, multiples=False, what="block_k"):
+  """Raise (naming the parameter `what`) unless block_k_fits."""
+  if not block_k_fits(packed, block_k, multiples=multiples):
+    raise ValueError(f"{name}: {what} {block_k} must divide the k-chunk size {chunk_inputs(packed)}"
+                     + (" or be a multiple of it" if multiples else "")
+                     + f" (k-chunked expert words {tuple(packed.shape)})")
 
 
 def load_word_tile(w_ref, e, n0, block_n, kw0, bk8):

@@ -38,7 +38,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from custom_calls.moe_int4.k_chunks import check_block_k, check_scales, load_scale_tile, load_word_tile, logical_shape
+from custom_calls.moe_int4.k_chunks import (block_k_fits, check_block_k, check_scales, load_scale_tile, load_word_tile,
+                                            logical_shape)
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 
@@ -233,7 +234,8 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
   bk = min(block_k, d, inter)
   return (x.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and group_size in (8, 16, 32, 64, 128)
           and bk >= 128 and d % bk == 0 and inter % bk == 0 and inter % 64 == 0 and d % 64 == 0
-          and logical_shape(down_packed) == (e, d, inter // 8))
+          and logical_shape(down_packed) == (e, d, inter // 8)
+          and all(block_k_fits(p, bk, multiples=True) for p in (gate_packed, down_packed)))
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
@@ -277,6 +279,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if pair_splits < 1 or (pair_splits > 1 and rows_per_run != 1):
     raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and above 1 only with "
                      f"rows_per_run 1 (got rows_per_run {rows_per_run})")
+  if up_packed.shape != gate_packed.shape:
+    raise ValueError(f"routed_experts_int4_gemv: up_packed {tuple(up_packed.shape)} and gate_packed "
+                     f"{tuple(gate_packed.shape)} must have one shape (one layout)")
   check_scales("routed_experts_int4_gemv", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
   check_block_k("routed_experts_int4_gemv (gate/up)", gate_packed, block_k, multiples=True)
   check_block_k("routed_experts_int4_gemv (down)", down_packed, block_k, multiples=True)

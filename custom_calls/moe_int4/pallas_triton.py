@@ -264,14 +264,14 @@ def default_blocks(num_tokens, num_local, k_chunk=None):
 
 
 def _default_blocks_k_chunks(num_tokens, k_chunk):
-  """default_blocks for k-chunked arrays: block_k = the chunk (up to 256), so that each tile is one contiguous
-  block. H200, issue 6 tenth round (calls 1-2, ms, queued samples; stored-layout default in brackets):
+  """default_blocks for k-chunked arrays: block_k = 256 (the model's chunk: each tile one contiguous block), or 128
+  for chunks that 256 does not divide. H200, issue 6 tenth round (calls 1-2, ms, queued samples; stored-layout default in brackets):
     8 tokens: bn64 0.111, bn128 0.118-0.120 (0.127-0.130)     16: bn128 0.143 (0.201), bn64 0.160
     32: bn128 0.219-0.222 (0.277)                              64: bn128 0.318-0.327 (0.403)
     128: bn128 0.393-0.405 (0.422-0.435)                       512: bn128 0.439-0.451 (0.463-0.469)
     1024: bm32 bn128 0.582 (0.665)                             4096: bm32 bn128 1.800 (2.818)
   """
-  bk = min(256, k_chunk)
+  bk = 256 if k_chunk % 256 == 0 else 128          # a divisor of the chunk (supported() asks for multiples of 128)
   if num_tokens <= 8:
     return 16, 64, bk, 4, 3, True
   if num_tokens <= 512:
@@ -282,8 +282,10 @@ def _default_blocks_k_chunks(num_tokens, k_chunk):
 def supported(x, gate_packed, down_packed, group_size):
   e, inter, d8 = logical_shape(gate_packed)
   d = d8 * 8
+  # k-chunked arrays: the default K step (_default_blocks_k_chunks: 256 or 128 inputs) must divide the chunks
+  chunks_ok = all(c is None or c % 128 == 0 for c in (chunk_inputs(gate_packed), chunk_inputs(down_packed)))
   return (x.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and group_size in (8, 16, 32, 64, 128)
-          and d % 256 == 0 and inter % 128 == 0 and logical_shape(down_packed) == (e, d, inter // 8))
+          and d % 256 == 0 and inter % 128 == 0 and logical_shape(down_packed) == (e, d, inter // 8) and chunks_ok)
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_m", "block_n", "block_k", "num_warps",
@@ -329,7 +331,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   block_k_down = min(block_k_down or block_k, inter)
   num_warps_down, num_stages_down = num_warps_down or num_warps, num_stages_down or num_stages
   check_block_k("routed_experts_int4_pallas (gate/up)", gate_packed, block_k)
-  check_block_k("routed_experts_int4_pallas (down)", down_packed, block_k_down)
+  check_block_k("routed_experts_int4_pallas (down)", down_packed, block_k_down, what="block_k_down")
   for name, size, blk in (("D", d, block_k), ("I", inter, block_k_down), ("I", inter, block_n),
                           ("D", d, block_n_down)):
     if size % blk:

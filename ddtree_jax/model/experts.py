@@ -77,18 +77,20 @@ def kernel_k_chunk(cfg: ModelConfig, layout: str = "auto"):
   """The k-chunk size for the INT4 experts of a model with `cfg`, or None for the stored layout.
 
   layout "auto": k-chunked (custom_calls.moe_int4.KERNEL_K_CHUNK inputs) when the GPU kernels will run them
-  (a GPU backend, INT4 experts, D and I multiples of the chunk), else stored (the XLA reference on other
+  (a GPU backend, INT4 experts of group size 8-128, D and I multiples of the chunk), else stored (the XLA reference on other
   backends reads the stored layout without converting); "as_is" (no re-laying: whatever layout the model has);
   "k_chunks" (wherever the shapes allow, else an error)."""
   from custom_calls.moe_int4 import KERNEL_K_CHUNK
   if layout not in MOE_LAYOUTS:
     raise ValueError(f"moe_layout must be one of {MOE_LAYOUTS}, got {layout!r}")
-  fits = (cfg.experts_int4 and cfg.hidden_size % KERNEL_K_CHUNK == 0
+  g = cfg.quantization.group_size if cfg.experts_int4 else None
+  fits = (cfg.experts_int4 and g in (8, 16, 32, 64, 128) and cfg.hidden_size % KERNEL_K_CHUNK == 0
           and cfg.moe_intermediate_size % KERNEL_K_CHUNK == 0)
   if layout == "as_is" or not fits or (layout == "auto" and jax.default_backend() != "gpu"):
     if layout == "k_chunks" and not fits:
       raise ValueError(f"moe_layout 'k_chunks' needs INT4 experts with hidden_size ({cfg.hidden_size}) and "
-                       f"moe_intermediate_size ({cfg.moe_intermediate_size}) multiples of {KERNEL_K_CHUNK}")
+                       f"moe_intermediate_size ({cfg.moe_intermediate_size}) multiples of {KERNEL_K_CHUNK} and a "
+                       f"group size of 8-128 (got {g})")
     return None
   return KERNEL_K_CHUNK
 

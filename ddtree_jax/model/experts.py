@@ -1,8 +1,11 @@
 """Routed experts: INT4 in the compressed-tensors layout (HF [out, in] orientation) or dense.
 
-The INT4 storage is exactly the checkpoint's: per expert `weight_packed` int32 [out, in/8] and
-`weight_scale` [out, in/group], stacked over experts. Computation goes through custom_calls.
+The INT4 storage is the checkpoint's: per expert `weight_packed` int32 [out, in/8] and `weight_scale`
+[out, in/group], stacked over experts. On a GPU the Engine re-lays them once, k-chunked (`use_k_chunks`; the same
+words and scales in an order whose kernel tiles are contiguous). Computation goes through custom_calls.
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -58,16 +61,22 @@ class Int4Experts(nnx.Module):
 
 def _to_k_chunks(packed, scale, chunk, group_size):
   """k_chunks.to_k_chunks as one compiled program whose outputs keep the inputs' expert-axis sharding."""
-  from custom_calls.moe_int4.k_chunks import to_k_chunks
   out = None
   sharding = getattr(packed, "sharding", None)
   if isinstance(sharding, jax.sharding.NamedSharding):
     spec = tuple(sharding.spec) + (None,) * (3 - len(sharding.spec))
     four = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(spec[0], None, None, None))
     out = (four, four)
-  # Not donated: other holders of the stored arrays keep valid ones. The stored arrays are freed when the last
-  # reference goes (one layer's experts at a time, so the peak is one layer's experts above the model).
-  return jax.jit(lambda w, s: to_k_chunks(w, s, chunk, group_size=group_size), out_shardings=out)(packed, scale)
+  return _k_chunker(chunk, group_size, out)(packed, scale)
+
+
+@functools.lru_cache(maxsize=None)
+def _k_chunker(chunk, group_size, out_shardings):
+  """One jitted re-laying per (chunk, group size, output sharding): K2.6's 60 MoE layers share two programs
+  (gate/up shapes and down shapes) instead of compiling 180. Not donated: other holders of the stored arrays
+  keep valid ones; the stored arrays are freed when the last reference goes (one layer at a time)."""
+  from custom_calls.moe_int4.k_chunks import to_k_chunks
+  return jax.jit(lambda w, s: to_k_chunks(w, s, chunk, group_size=group_size), out_shardings=out_shardings)
 
 
 MOE_LAYOUTS = ("auto", "as_is", "k_chunks")

@@ -46,7 +46,7 @@ import numpy as np
 
 import custom_calls
 from custom_calls.mla_attention import select_kernel
-from custom_calls.moe_int4 import KERNEL_K_CHUNK, to_k_chunks
+from custom_calls.moe_int4 import KERNEL_K_CHUNK, experts_to_k_chunks, kernel_chunk_fits
 from ddtree_jax.model.norm import rms_norm
 from ddtree_jax.model.rope import apply_rope_interleaved, rope_cos_sin, yarn_inv_freq
 from ddtree_jax.train.common import write_json
@@ -158,12 +158,12 @@ def init_int4_experts(key, d: SliceDims):
 
 def kernel_layout_params(params, d: SliceDims):
   """(params with every MoE layer's experts k-chunked, chunk) as the engine lays them out for the GPU kernels
-  (ddtree_jax/model/experts.py kernel_k_chunk); (params, None) when the chunk does not divide D and I."""
+  (ddtree_jax/model/experts.py kernel_k_chunk); (params, None) when the experts do not fit the chunk."""
   c = KERNEL_K_CHUNK
-  if d.hidden % c or d.moe_inter % c:
+  if not kernel_chunk_fits(d.hidden, d.moe_inter, d.group, c):
     return params, None
-  chunked = lambda ex: sum((to_k_chunks(ex[i], ex[i + 1], c, group_size=d.group) for i in (0, 2, 4)), ())
-  return dict(params, moe=[dict(m, experts=chunked(m["experts"])) for m in params["moe"]]), c
+  moe = [dict(m, experts=experts_to_k_chunks(m["experts"], c, group_size=d.group)) for m in params["moe"]]
+  return dict(params, moe=moe), c
 
 
 def init_params(key, d: SliceDims, moe_layers: int):

@@ -39,7 +39,7 @@ from custom_calls.moe_int4 import routed_experts_int4
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_triton import combine, default_blocks, route
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
-from custom_calls.moe_int4.k_chunks import to_k_chunks
+from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
 from custom_calls.moe_int4.nibbles import activation_planes
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
 from custom_calls.moe_int4.layout import dequantize_int4
@@ -411,8 +411,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
 
   def k_chunked(chunk):                             # made once per chunk size, then shared by every row count
     if chunk not in chunked_experts:
-      chunked_experts[chunk] = jax.block_until_ready(sum(
-          (to_k_chunks(experts[i], experts[i + 1], chunk) for i in (0, 2, 4)), ()))
+      chunked_experts[chunk] = jax.block_until_ready(experts_to_k_chunks(experts, chunk))
     return chunked_experts[chunk]
   for m in ms:
     if time.time() - T0 > budget_s:

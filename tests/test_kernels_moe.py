@@ -118,8 +118,8 @@ def test_gpu_kernel(n, kernel):
   w = jax.random.uniform(ks[7], (n, 8))
   ref = reference_f32(x, ids, w, experts, 0)
   if kernel.endswith("_k_chunks"):                    # the same arrays k-chunked (k_chunks.py), chunk 256
-    from custom_calls.moe_int4.k_chunks import to_k_chunks
-    experts = sum((to_k_chunks(experts[i], experts[i + 1], 256) for i in (0, 2, 4)), ())
+    from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
+    experts = experts_to_k_chunks(experts, 256)
     kernel = kernel[:-len("_k_chunks")]
   if kernel == "grouped_f32_planes":                  # nibbles.py's float32 planes instead of bf16_planes.py
     out = routed_experts_int4_pallas(x, ids, w, *experts, 0, planar=True, exact_bf16=False)

@@ -6,19 +6,12 @@ import numpy as np
 import pytest
 
 from custom_calls.moe_int4 import routed_experts_int4
-from custom_calls.moe_int4.k_chunks import check_block_k, from_k_chunks, logical_shape, to_k_chunks
+from custom_calls.moe_int4.k_chunks import check_block_k, experts_to_k_chunks, from_k_chunks, logical_shape, to_k_chunks
 from custom_calls.moe_int4.layout import dequantize_int4
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4 import pallas_triton
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from tests.test_kernels_moe import make_inputs, reference_f32, rel_err
-
-
-def chunked(experts, chunk):
-  out = ()
-  for i in range(0, 6, 2):
-    out += to_k_chunks(experts[i], experts[i + 1], chunk)
-  return out
 
 
 def test_round_trip_and_tile_contents():
@@ -45,23 +38,24 @@ def test_bad_chunk_and_block_k_are_named():
     to_k_chunks(packed, scale[..., :4], 128)
   x, ids, w, experts = make_inputs(1, 3, 2, 4, 4, 256, 256, jnp.bfloat16)
   with pytest.raises(ValueError, match="block_k 256 must divide the k-chunk size 128 \\(k-chunked"):
-    routed_experts_int4_pallas(x, ids, w, *chunked(experts, 128), 0, block_k=256, interpret=True)
+    routed_experts_int4_pallas(x, ids, w, *experts_to_k_chunks(experts, 128), 0, block_k=256, interpret=True)
   with pytest.raises(ValueError, match="block_k 96 must divide the k-chunk size 64 or be a multiple of it"):
-    check_block_k("gemv", chunked(experts, 64)[0], 96, multiples=True)
-  check_block_k("gemv", chunked(experts, 64)[0], 128, multiples=True)          # two chunks per K step: fine
+    check_block_k("gemv", experts_to_k_chunks(experts, 64)[0], 96, multiples=True)
+  check_block_k("gemv", experts_to_k_chunks(experts, 64)[0], 128, multiples=True)          # two chunks per K step: fine
   with pytest.raises(ValueError, match="block_k_down 256 must divide the k-chunk size 128"):
     routed_experts_int4_pallas(x, ids, w, *experts[:4], *to_k_chunks(experts[4], experts[5], 128), 0,
                                block_k=128, block_k_down=256, interpret=True)
-  mixed = list(chunked(experts, 128))
+  mixed = list(experts_to_k_chunks(experts, 128))
   mixed[2] = experts[2]                                  # up words stored, gate words k-chunked
   with pytest.raises(ValueError, match="up_packed .* and gate_packed .* must have one shape"):
     routed_experts_int4_gemv(x, ids, w, *mixed, 0, block_k=128, interpret=True)
   with pytest.raises(ValueError, match="down_scale has shape"):          # the XLA path checks the pairs too
-    routed_experts_int4(x, ids, w, *chunked(experts, 128)[:5], experts[5], impl="xla")
+    routed_experts_int4(x, ids, w, *experts_to_k_chunks(experts, 128)[:5], experts[5], impl="xla")
   # chunks the grouped kernel's default K step (256 or 128 inputs) cannot tile: the dispatch falls back
-  assert pallas_triton.supported(x, chunked(experts, 128)[0], chunked(experts, 128)[4], 32)
-  assert not pallas_triton.supported(x, chunked(experts, 64)[0], chunked(experts, 64)[4], 32)
-  bad = list(chunked(experts, 128))
+  c128, c64 = experts_to_k_chunks(experts, 128), experts_to_k_chunks(experts, 64)
+  assert pallas_triton.supported(x, c128[0], c128[4], 32)
+  assert not pallas_triton.supported(x, c64[0], c64[4], 32)
+  bad = list(experts_to_k_chunks(experts, 128))
   bad[1] = experts[1]                                    # gate scales left in the stored layout
   with pytest.raises(ValueError, match="gate_scale has shape"):
     routed_experts_int4_pallas(x, ids, w, *bad, 0, block_k=128, interpret=True)
@@ -75,7 +69,7 @@ def test_bad_chunk_and_block_k_are_named():
 def test_grouped_kernel_same_bits_in_both_layouts(dtype, opts, chunk):
   x, ids, w, experts = make_inputs(7, 9, 3, 12, 6, 256, 256, dtype)
   stored = routed_experts_int4_pallas(x, ids, w, *experts, 2, interpret=True, **opts)
-  out = routed_experts_int4_pallas(x, ids, w, *chunked(experts, chunk), 2, interpret=True, **opts)
+  out = routed_experts_int4_pallas(x, ids, w, *experts_to_k_chunks(experts, chunk), 2, interpret=True, **opts)
   np.testing.assert_array_equal(np.asarray(out, np.float32), np.asarray(stored, np.float32))
   assert rel_err(np.asarray(out, np.float32), reference_f32(x, ids, w, experts, 2)) < (1e-5 if dtype == jnp.float32
                                                                                        else 1e-2)
@@ -89,7 +83,7 @@ def test_grouped_kernel_same_bits_in_both_layouts(dtype, opts, chunk):
 def test_gemv_kernel_same_values_in_both_layouts(opts, chunk, dtype):
   x, ids, w, experts = make_inputs(8, 4, 3, 12, 6, 512, 256, dtype)
   stored = np.asarray(routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, **opts), np.float32)
-  out = np.asarray(routed_experts_int4_gemv(x, ids, w, *chunked(experts, chunk), 3, interpret=True, **opts),
+  out = np.asarray(routed_experts_int4_gemv(x, ids, w, *experts_to_k_chunks(experts, chunk), 3, interpret=True, **opts),
                    np.float32)
   if opts["block_k"] <= chunk:                           # one chunk per K step: the same sums in the same order
     np.testing.assert_array_equal(out, stored)
@@ -103,7 +97,7 @@ def test_dispatch_reads_k_chunks():
   (the gemv's K step of min(1024, D, I) = 256 inputs is 2 chunks of 128)."""
   x, ids, w, experts = make_inputs(9, 3, 4, 12, 6, 512, 256, jnp.float32)
   ref = routed_experts_int4(x, ids, w, *experts, expert_offset=1, impl="xla")
-  ck = chunked(experts, 128)
+  ck = experts_to_k_chunks(experts, 128)
   np.testing.assert_array_equal(np.asarray(routed_experts_int4(x, ids, w, *ck, expert_offset=1, impl="xla")),
                                 np.asarray(ref))
   np.testing.assert_array_equal(np.asarray(routed_experts_int4(x, ids, w, *ck, expert_offset=1)), np.asarray(ref))
@@ -111,5 +105,5 @@ def test_dispatch_reads_k_chunks():
   assert rel_err(out, ref) < 1e-5
   # 9 tokens: the grouped kernel with its k-chunk defaults (block_k = the chunk, 128 here)
   x, ids, w, experts = make_inputs(10, 9, 4, 12, 6, 512, 256, jnp.float32)
-  out = routed_experts_int4(x, ids, w, *chunked(experts, 128), expert_offset=1, impl="pallas_interpret")
+  out = routed_experts_int4(x, ids, w, *experts_to_k_chunks(experts, 128), expert_offset=1, impl="pallas_interpret")
   assert rel_err(out, routed_experts_int4(x, ids, w, *experts, expert_offset=1, impl="xla")) < 1e-5

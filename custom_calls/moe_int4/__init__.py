@@ -6,7 +6,8 @@ returns an `Int4Experts` tuple in the order of the arguments below), then call
 """
 import jax
 
-from custom_calls.moe_int4.k_chunks import check_scales, from_k_chunks, to_k_chunks
+from custom_calls.moe_int4.k_chunks import (check_scales, experts_to_k_chunks, from_k_chunks, kernel_chunk_fits,
+                                            to_k_chunks)
 from custom_calls.moe_int4.reference import routed_experts_dense_reference, routed_experts_int4_reference
 from custom_calls.moe_int4.repack import Int4Experts, repack
 
@@ -68,5 +69,6 @@ def routed_experts_dense(x, expert_ids, expert_weights, w_gate, w_up, w_down, *,
                                         expert_offset=expert_offset)
 
 
-__all__ = ["KERNEL_K_CHUNK", "to_k_chunks", "from_k_chunks", "routed_experts_int4", "routed_experts_dense",
+__all__ = ["KERNEL_K_CHUNK", "to_k_chunks", "experts_to_k_chunks", "from_k_chunks", "kernel_chunk_fits",
+           "routed_experts_int4", "routed_experts_dense",
            "routed_experts_int4_reference", "routed_experts_dense_reference", "repack", "Int4Experts"]

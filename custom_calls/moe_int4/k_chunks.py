@@ -41,6 +41,17 @@ def to_k_chunks(packed, scale, chunk, *, group_size=32):
   return words, scales
 
 
+def experts_to_k_chunks(experts, chunk, *, group_size=32):
+  """to_k_chunks on the six expert arrays in routed_experts_int4's order (gate words, gate scales, up ..., down ...)."""
+  return sum((to_k_chunks(experts[i], experts[i + 1], chunk, group_size=group_size) for i in (0, 2, 4)), ())
+
+
+def kernel_chunk_fits(hidden, inter, group_size, chunk):
+  """Whether experts of hidden size D, intermediate size I and this group size can be k-chunked by `chunk` for the
+  GPU kernels: D and I multiples of the chunk, a kernel group size (8-128) that divides it."""
+  return group_size in (8, 16, 32, 64, 128) and chunk % group_size == 0 and hidden % chunk == 0 and inter % chunk == 0
+
+
 def from_k_chunks(packed, scale):
   """k-chunked -> stored layout. packed: [E, K/C, N, C/8]; scale: [E, K/C, N, C/g] -> ([E, N, K/8], [E, N, K/g])."""
   e, nc, n, cw = packed.shape

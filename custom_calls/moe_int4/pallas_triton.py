@@ -265,7 +265,8 @@ def default_blocks(num_tokens, num_local, k_chunk=None):
 
 def _default_blocks_k_chunks(num_tokens, k_chunk):
   """default_blocks for k-chunked arrays: block_k = 256 (the model's chunk: each tile one contiguous block), or 128
-  for chunks that 256 does not divide. H200, issue 6 tenth round (calls 1-2, ms, queued samples; stored-layout default in brackets):
+  for chunks that 256 does not divide. H200, issue 6 tenth round (calls 1-2, ms, queued samples; the stored-layout
+  default in brackets):
     8 tokens: bn64 0.111, bn128 0.118-0.120 (0.127-0.130)     16: bn128 0.143 (0.201), bn64 0.160
     32: bn128 0.219-0.222 (0.277)                              64: bn128 0.318-0.327 (0.403)
     128: bn128 0.393-0.405 (0.422-0.435)                       512: bn128 0.439-0.451 (0.463-0.469)

@@ -63,9 +63,9 @@ def _to_k_chunks(packed, scale, chunk, group_size):
   """k_chunks.to_k_chunks as one compiled program whose outputs keep the inputs' expert-axis sharding."""
   out = None
   sharding = getattr(packed, "sharding", None)
-  if isinstance(sharding, jax.sharding.NamedSharding):
-    spec = tuple(sharding.spec) + (None,) * (3 - len(sharding.spec))
-    four = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(spec[0], None, None, None))
+  if isinstance(sharding, jax.sharding.NamedSharding):            # the expert axis (dim 0) keeps its mesh axis
+    expert_axis = sharding.spec[0] if len(sharding.spec) else None
+    four = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(expert_axis, None, None, None))
     out = (four, four)
   return _k_chunker(chunk, group_size, out)(packed, scale)
 
@@ -86,15 +86,14 @@ def kernel_k_chunk(cfg: ModelConfig, layout: str = "auto"):
   """The k-chunk size for the INT4 experts of a model with `cfg`, or None for the stored layout.
 
   layout "auto": k-chunked (custom_calls.moe_int4.KERNEL_K_CHUNK inputs) when the GPU kernels will run them
-  (a GPU backend, INT4 experts of group size 8-128, D and I multiples of the chunk), else stored (the XLA reference on other
-  backends reads the stored layout without converting); "as_is" (no re-laying: whatever layout the model has);
+  (a GPU backend, INT4 experts that custom_calls.moe_int4.kernel_chunk_fits), else stored (the XLA reference on
+  other backends reads the stored layout without converting); "as_is" (no re-laying: whatever layout the model has);
   "k_chunks" (wherever the shapes allow, else an error)."""
-  from custom_calls.moe_int4 import KERNEL_K_CHUNK
+  from custom_calls.moe_int4 import KERNEL_K_CHUNK, kernel_chunk_fits
   if layout not in MOE_LAYOUTS:
     raise ValueError(f"moe_layout must be one of {MOE_LAYOUTS}, got {layout!r}")
   g = cfg.quantization.group_size if cfg.experts_int4 else None
-  fits = (cfg.experts_int4 and g in (8, 16, 32, 64, 128) and cfg.hidden_size % KERNEL_K_CHUNK == 0
-          and cfg.moe_intermediate_size % KERNEL_K_CHUNK == 0)
+  fits = cfg.experts_int4 and kernel_chunk_fits(cfg.hidden_size, cfg.moe_intermediate_size, g, KERNEL_K_CHUNK)
   if layout == "as_is" or not fits or (layout == "auto" and jax.default_backend() != "gpu"):
     if layout == "k_chunks" and not fits:
       raise ValueError(f"moe_layout 'k_chunks' needs INT4 experts with hidden_size ({cfg.hidden_size}) and "

@@ -3,12 +3,18 @@
 At batch 1 and <= 32K keys a decode reads 9-38 MB (3-13 us at the copy ceiling) but takes 20-35 us
 (benchmarks/RESULTS.md, issue 6 ninth round). This times, per shape, with benchmarks/kernels.py's harness
 (queued samples, medians, fresh random inputs):
-  harness   the harness itself around an identity call (part of every figure below);
-  dispatch  custom_calls.mla_attention, impl "auto" (what the model runs);
-  kernel    the Mosaic GPU kernel alone on prepared inputs (mosaic_gpu._kernel_inputs), only its lse consumed;
-  mask      mosaic_gpu._mask_words alone (the packed visibility of the tail key blocks);
-  combine   pallas_triton.combine_splits alone on random per-split outputs of the kernel's shape;
-  triton    the Triton kernel (pallas_triton.mla_attention_pallas) with its own default split and combine.
+  harness          the harness itself around an identity call (part of every figure below);
+  dispatch         custom_calls.mla_attention, impl "auto" (what the model runs: the one-launch split combine);
+  dispatch_xla_combine  the same kernel with the splits combined by XLA (the dispatch before the tenth round);
+  kernel           the Mosaic GPU kernel alone on prepared inputs (mosaic_gpu._kernel_inputs), only its lse
+                   consumed;
+  mask             mosaic_gpu._mask_words alone (the packed visibility of the tail key blocks);
+  combine_xla, combine_pallas  split_combine.combine_splits / combine_splits_pallas alone on random per-split
+                   outputs of the kernel's shape;
+  triton, triton_xla_combine   the Triton kernel (pallas_triton.mla_attention_pallas) with its default split,
+                   its splits combined in one launch / by XLA.
+--ncu_driver runs each shape's programs a few times without the harness, for `ncu` to time every kernel
+(the call scripts under benchmarks/results/ run it that way).
 The parts use the kernel module's private helpers on purpose: this is a diagnosis of that module.
 
 Usage (GPU): PYTHONPATH=. python3 benchmarks/mla_decode_parts.py [--shapes "1,1,64,1024;1,1,64,32768"]
@@ -29,14 +35,14 @@ import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernels as kb   # noqa: E402  (the timing harness and inputs of benchmarks/kernels.py)
-from custom_calls.mla_attention import mla_attention, mosaic_gpu, pallas_triton  # noqa: E402
+from custom_calls.mla_attention import mla_attention, mosaic_gpu, pallas_triton, split_combine  # noqa: E402
 from ddtree_jax.train.common import write_json  # noqa: E402
 
 DEFAULT_SHAPES = "1,1,64,1024;1,1,64,8192;1,1,64,32768;1,1,8,8192;1,1,8,32768"
 
 
 def mosaic_parts(args, *, scale, interpret):
-  """(kernel-only fn, its args; mask fn, its args; combine fn, its args) for one shape."""
+  """((kernel-only fn, its args), (mask fn, its args), the combine's args, the split count) for one shape."""
   q_lat, q_pe, ckv, kpe, cache_len, mask = args
   bsz, t, h, _ = q_lat.shape
   s_len = ckv.shape[1]
@@ -54,11 +60,40 @@ def mosaic_parts(args, *, scale, interpret):
     w = mosaic_gpu._mask_words(cache_len, mask, h, m_pad, s_len)
     return w + (q_lat[0, 0, 0, 0] > 1e30).astype(w.dtype)                           # depends on the chain
 
-  k = jax.random.split(jax.random.PRNGKey(s_len + h), 2)
-  o_part = jax.random.normal(k[0], (bsz, splits, m_pad, mosaic_gpu.R), jnp.bfloat16)
-  lse = 3.0 * jax.random.normal(k[1], (bsz, splits, m_pad), jnp.float32)
   return ((kernel_only, (q, qpe, ckv, kpe, cache_len, words, zero)), (mask_only, (q_lat, cache_len, mask)),
-          (pallas_triton.combine_splits, (o_part, lse)), splits)
+          combine_args(s_len + h, bsz, splits, m_pad, jnp.bfloat16), splits)
+
+
+def combine_args(seed, bsz, splits, rows, dtype):
+  """Random per-split outputs [B, NS, M, 512] and log-sum-exps [B, NS, M] (never zero)."""
+  k = jax.random.split(jax.random.PRNGKey(seed), 2)
+  o_part = jax.random.normal(k[0], (bsz, splits, rows, mosaic_gpu.R), jnp.float32).astype(dtype)
+  return o_part, 3.0 * jax.random.normal(k[1], (bsz, splits, rows), jnp.float32)
+
+
+def programs(h_rows, *, interp):
+  """(name, fn) of the whole-attention programs timed for a shape with h_rows = T x H query rows."""
+  mosaic = "mosaic_interpret" if interp else "mosaic"
+  out = [("dispatch", functools.partial(mla_attention, scale=kb.SCALE, impl=mosaic if interp else "auto"))]
+  if h_rows >= 64:
+    out.append(("dispatch_xla_combine", functools.partial(mosaic_gpu.mla_attention_mosaic, scale=kb.SCALE,
+                                                          combine="xla", interpret=interp)))
+  if not interp:
+    out += [("triton", functools.partial(pallas_triton.mla_attention_pallas, scale=kb.SCALE)),
+            ("triton_xla_combine", functools.partial(pallas_triton.mla_attention_pallas, scale=kb.SCALE,
+                                                     combine="xla"))]
+  return out
+
+
+def ncu_driver(shapes):
+  """Each shape's programs, 3 runs each, blocking, no harness: for `ncu` to time every kernel on its own."""
+  for (b, t, h, s) in shapes:
+    args = kb.mla_inputs(b * 1000 + t * 10 + h + s, b, t, h, s)
+    for name, fn in programs(t * h, interp=False):
+      f = jax.jit(fn)
+      for _ in range(3):
+        jax.block_until_ready(f(*args))
+      kb.log(f"ncu driver: B={b} T={t} H={h} ctx={s} {name} done")
 
 
 def main(argv=None):
@@ -66,12 +101,15 @@ def main(argv=None):
   ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="B,T,H,ctx;... (T x H >= 64 also times the Mosaic parts)")
   ap.add_argument("--smoke", action="store_true", help="CPU: interpret mode, one tiny K2.6-dim shape, one sample")
   ap.add_argument("--out", default=None)
+  ap.add_argument("--ncu_driver", action="store_true", help="run each program 3 times for ncu; time nothing")
   a = ap.parse_args(argv)
   interp = a.smoke
   if a.smoke:
     mosaic_gpu.reserve_cpu_threads_for_interpret()
     kb.QUEUED = 1
   shapes = [(1, 1, 64, 256)] if a.smoke else [tuple(int(v) for v in s.split(",")) for s in a.shapes.split(";") if s]
+  if a.ncu_driver:
+    return ncu_driver(shapes)
   reps, calls = (1, 1) if a.smoke else (9, None)
   timeit = functools.partial(kb.timeit, reps=reps, calls=calls)
   out_path = a.out or os.path.join(os.environ.get("OUT") or "benchmarks/results", "mla_decode_parts.json")
@@ -82,17 +120,23 @@ def main(argv=None):
     sets = [args] + [kb.mla_inputs(7 + i + s, b, t, h, s) for i in range(3)]
     row = dict(B=b, T=t, H=h, ctx=s, read_bytes=b * s * 576 * 2, times_s={})
     row["times_s"]["harness"] = kb.harness_floor(sets)
-    impl = "mosaic_interpret" if interp else "auto"
-    row["times_s"]["dispatch"] = timeit(functools.partial(mla_attention, scale=kb.SCALE, impl=impl), sets)
+    for name, fn in programs(t * h, interp=interp):
+      row["times_s"][name] = timeit(fn, sets)
     if t * h >= 64:
-      (kern, kargs), (mask_fn, margs), (comb, cargs), splits = mosaic_parts(args, scale=kb.SCALE, interpret=interp)
+      (kern, kargs), (mask_fn, margs), cargs, splits = mosaic_parts(args, scale=kb.SCALE, interpret=interp)
       row["mosaic_splits"] = splits
       with mosaic_gpu._abstract_gpu_context() if interp else contextlib.nullcontext():
         row["times_s"]["kernel"] = timeit(kern, [kargs])
       row["times_s"]["mask"] = timeit(mask_fn, [margs])
-      row["times_s"]["combine"] = timeit(comb, [cargs])
-    if not interp:
-      row["times_s"]["triton"] = timeit(functools.partial(pallas_triton.mla_attention_pallas, scale=kb.SCALE), sets)
+    else:     # the Triton kernel's f32 partials
+      splits = pallas_triton.default_num_splits(b, t * h, s, block_m=max(16, 1 << (t * h - 1).bit_length()),
+                                                block_k=64)
+      cargs = combine_args(s + h, b, splits, t * h, jnp.float32)
+    row["combine_splits"] = splits
+    row["times_s"]["combine_xla"] = timeit(lambda o, l: split_combine.combine_splits(o, l).astype(jnp.bfloat16),
+                                           [cargs])
+    row["times_s"]["combine_pallas"] = timeit(functools.partial(
+        split_combine.combine_splits_pallas, out_dtype=jnp.bfloat16, interpret=interp), [cargs])
     rows.append(row)
     kb.log(f"mla B={b} T={t} H={h} ctx={s}: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in row["times_s"].items()))
   doc = dict(date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), device=jax.devices()[0].device_kind,

@@ -75,12 +75,13 @@ def test_moe_kernels_on_k_chunks_lower_for_h200(kernel, block_k):
   assert lower_for_h200(fn, *k_chunked_moe_args(4, 256, d=1024, inter=1024)) == 2
 
 
-@pytest.mark.parametrize("b,t,h,s,num_splits", [(1, 1, 8, 4096, None), (1, 17, 8, 1024, 1), (2, 16, 64, 512, None)])
-def test_mla_kernel_lowers_for_h200(b, t, h, s, num_splits):
+@pytest.mark.parametrize("b,t,h,s,num_splits,modules", [(1, 1, 8, 4096, None, 2), (1, 17, 8, 1024, 1, 1),
+                                                        (2, 16, 64, 512, None, 2)])
+def test_mla_kernel_lowers_for_h200(b, t, h, s, num_splits, modules):
   args = (S((b, t, h, 512), jnp.bfloat16), S((b, t, h, 64), jnp.bfloat16), S((b, s, 512), jnp.bfloat16),
           S((b, s, 64), jnp.bfloat16), S((b,), jnp.int32), S((b, t, t), jnp.bool_))
   fn = lambda *a: mla_attention_pallas(*a, scale=0.1, num_splits=num_splits)
-  assert lower_for_h200(fn, *args) == 1
+  assert lower_for_h200(fn, *args) == modules              # the attention kernel, and the combine for > 1 split
 
 
 def test_tree_kernels_lower_for_h200():

@@ -4,7 +4,7 @@ Status: dispatched by custom_calls.mla_attention (impl "auto") on GPUs for 64 qu
 blocks and 64-head decode. H200 (benchmarks/RESULTS.md, issue 6 ninth round): 0.62-0.91 of the roofline on the
 compute-bound trees (up to 641 TFLOP/s), against the Triton kernel's 0.28-0.35; 64-head decode 0.83 at 128K
 (Triton: 0.50). A decode at <= 32K costs ~11 us of fixed latency in this kernel alone. Same contract as
-reference.mla_attention_reference; the split-K + log-sum-exp combine is pallas_triton.combine_splits.
+reference.mla_attention_reference; the split-K + log-sum-exp combine is split_combine.py.
 Registers: 241 a thread, no spills (the 64 x 256 fp32 accumulator half is 128 of them). Every shared-memory index
 of the key loop goes through a zero read from memory (_opaque_zero): with static indices LLVM hoisted the wgmma
 descriptors out of the loop and ptxas spilled them (255 registers, 560 bytes of stack, about 1.5x slower).
@@ -46,17 +46,18 @@ pairs [0, p_end), p_end = cdiv(min(cache_len + T, S), 128); pairs before p_mid =
 committed context and run without a mask (first loop), pairs [p_mid, p_end) gather the mask (second loop;
 keys of the last pair past cache_len + T are masked out). The mask of the masked pairs is precomputed in XLA
 as bits: for key block k of the tail (key base = 128 * (cache_len // 128)) and row m, two int32 words hold the
-visibility of the block's keys 0..31 and 32..63 (`mask_words`: [B, 1 + NTB, 2, Mpad], tile 0 is all-ones
-and serves the committed blocks, whose mask words are loaded but not used). In the kernel each warpgroup
+visibility of the block's keys 0..31 and 32..63 (`mask_words`: [B, NTB, 2, Mpad]; the committed blocks load
+tile 0 too, but their steps do not apply a mask). In the kernel each warpgroup
 loads its row's two words in the row layout, broadcasts them and extracts bit (col & 31) of the word chosen
 by col < 32. Split-K: the pairs [0, p_end) are cut into num_splits contiguous parts on the device (from the
 dynamic length); each CTA writes its normalised partial output (bf16 by default, `partial_dtype`) and its natural
-log-sum-exp (-inf for an empty split or a fully masked row, whose partial output is 0); XLA combines the splits.
+log-sum-exp (-inf for an empty split or a fully masked row, whose partial output is 0); split_combine.py
+combines the splits (one more kernel).
 With one split the kernel's output is the result and there is no combine.
 
 Shapes (B batch, T query tokens, H heads, S cache slots, M = T*H rows, Mpad = 64*cdiv(M, 64), NS splits):
   q_lat [B,T,H,512] -> [B,Mpad,512]   q_pe [B,T,H,64] -> [B,Mpad,64]   ckv [B,S,512]   kpe [B,S,64]
-  cache_len [B] i32   mask_words [B,1+NTB,2,Mpad] i32
+  cache_len [B] i32   mask_words [B,NTB,2,Mpad] i32
   zero [1] i32 (_opaque_zero)
   outputs: o_part [B,NS,Mpad,512] partial_dtype, lse [B,NS,Mpad] f32 -> combined o [B,T,H,512] in q_lat.dtype.
 
@@ -107,7 +108,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from custom_calls.gpu_lowering import abstract_gpu_mesh
-from custom_calls.mla_attention.pallas_triton import combine_splits
+from custom_calls.mla_attention.split_combine import combine_partials
 
 BM = 64          # query rows per CTA
 BN = 64          # keys per block (two blocks, one per warpgroup, per pair)
@@ -162,26 +163,27 @@ def supported(q_lat, q_pe, ckv, kpe, cache_len=None, block_mask=None):
 
 
 def _mask_words(cache_len, block_mask, num_heads, num_rows_pad, num_keys):
-  """Packed visibility of the tail key blocks -> [B, 1 + NTB, 2, Mpad] int32 (tile 0: all visible)."""
+  """Packed visibility of the tail key blocks -> [B, NTB, 2, Mpad] int32: bit i of word [b, k, w, m] is key
+  128 * (cache_len[b] // 128) + 64k + 32w + i for row m. Built in that order (keys before rows), so that XLA
+  makes one reduction of it, without a transpose or a concatenate after it."""
   bsz, t, _ = block_mask.shape
   ntp = pl.cdiv(PAIR - 1 + t, PAIR)                                # most masked pairs of one sequence
   kt = ntp * PAIR                                                  # tail keys covered
   base = (cache_len // PAIR) * PAIR                                # [B] first key of the first masked pair
-  keys = base[:, None, None] + jnp.arange(kt, dtype=jnp.int32)[None, None, :]   # [B, 1, KT]
-  start = cache_len[:, None, None]
-  rel = keys - start
+  keys = base[:, None] + jnp.arange(kt, dtype=jnp.int32)[None, :]  # [B, KT]
+  rel = keys - cache_len[:, None]                                  # [B, KT]
   in_block = (rel >= 0) & (rel < t)
-  rel_c = jnp.broadcast_to(jnp.clip(rel, 0, t - 1), (bsz, t, kt))
-  tree = jnp.take_along_axis(block_mask, rel_c, axis=2)            # [B, T, KT]
-  vis = ((keys < start) | (in_block & tree)) & (keys < num_keys)   # [B, T, KT]
+  rel_c = jnp.clip(rel, 0, t - 1)
+  tree = jnp.take_along_axis(block_mask.transpose(0, 2, 1), jnp.broadcast_to(rel_c[:, :, None], (bsz, kt, t)),
+                             axis=1)                               # [B, KT, T]: tree[b, k, t] = mask[b, t, rel]
+  vis = ((keys < cache_len[:, None])[:, :, None] | (in_block[:, :, None] & tree)) & (keys < num_keys)[:, :, None]
   rows = jnp.arange(num_rows_pad)
   row_t = jnp.minimum(rows // num_heads, t - 1)
-  vis = vis[:, row_t, :] & (rows < t * num_heads)[None, :, None]  # [B, Mpad, KT]; padding rows: nothing
-  bits = vis.reshape(bsz, num_rows_pad, 2 * ntp, 2, 32).astype(jnp.uint32)
-  words = jnp.sum(bits << jnp.arange(32, dtype=jnp.uint32), axis=-1, dtype=jnp.uint32)  # [B, Mpad, NTB, 2]
-  words = lax.bitcast_convert_type(words, jnp.int32).transpose(0, 2, 3, 1)            # [B, NTB, 2, Mpad]
-  ones = jnp.full((bsz, 1, 2, num_rows_pad), -1, jnp.int32)
-  return jnp.concatenate([ones, words], axis=1)
+  vis = vis[:, :, row_t] & (rows < t * num_heads)[None, None, :]  # [B, KT, Mpad]; padding rows: nothing
+  bits = vis.reshape(bsz, 2 * ntp, 2, 32, num_rows_pad).astype(jnp.uint32)
+  shifts = jnp.arange(32, dtype=jnp.uint32)[:, None]
+  words = jnp.sum(bits << shifts, axis=3, dtype=jnp.uint32)       # [B, NTB, 2, Mpad]
+  return lax.bitcast_convert_type(words, jnp.int32)
 
 
 def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtype, interp, partial_dtype):
@@ -222,7 +224,7 @@ def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtyp
     def load_score_extras(blk, slot):
       """kpe of blk and its mask words (used by the slot's Q K^T only): 2 of the slot's 4 arrivals."""
       plgpu.copy_gmem_to_smem(kpe_ref.at[b, pl.ds(blk * BN, BN)], kpe_s.at[slot], k_bar.at[slot])
-      tile = jnp.maximum(blk - 2 * tail_pair + 1, 0)
+      tile = jnp.maximum(blk - 2 * tail_pair, 0)                   # committed blocks: any tile (unused)
       plgpu.copy_gmem_to_smem(mw_ref.at[b, tile, :, rows], mw_s.at[slot], k_bar.at[slot])
 
     def load_block(blk, slot):
@@ -441,7 +443,7 @@ def _check(q_lat, q_pe, ckv, kpe, cache_len, block_mask):
 
 def _kernel_inputs(q_lat, q_pe, cache_len, block_mask, num_keys):
   """The kernel's inputs besides the cache: queries as rows m = t*H + h padded to a multiple of BM
-  ([B, Mpad, R] and [B, Mpad, P]), cache_len as int32, and the mask words ([B, 1 + NTB, 2, Mpad] int32)."""
+  ([B, Mpad, R] and [B, Mpad, P]), cache_len as int32, and the mask words ([B, NTB, 2, Mpad] int32)."""
   bsz, t, h, _ = q_lat.shape
   m = t * h
   m_pad = pl.cdiv(m, BM) * BM
@@ -453,9 +455,9 @@ def _kernel_inputs(q_lat, q_pe, cache_len, block_mask, num_keys):
   return q, qpe, cache_len, words
 
 
-@functools.partial(jax.jit, static_argnames=("scale", "num_splits", "interpret", "partial_dtype"))
+@functools.partial(jax.jit, static_argnames=("scale", "num_splits", "interpret", "partial_dtype", "combine"))
 def _mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_splits, interpret,
-                   partial_dtype=jnp.bfloat16):
+                   partial_dtype=jnp.bfloat16, combine="pallas"):
   bsz, t, h, _ = q_lat.shape
   s_len = ckv.shape[1]
   m = t * h
@@ -464,9 +466,11 @@ def _mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_s
   kernel = _build_kernel(bsz=bsz, num_q=t, num_rows_pad=m_pad, num_keys=s_len, num_splits=num_splits,
                          scale=scale, dtype=q_lat.dtype, interp=interpret, partial_dtype=partial_dtype)
   o_part, lse = kernel(cache_len, q, qpe, ckv, kpe, words, _opaque_zero())   # [B,NS,Mpad,R], [B,NS,Mpad] f32
-  # one split: its normalised output is the result (a fully masked row is 0 either way)
-  o = o_part[:, 0] if num_splits == 1 else combine_splits(o_part, lse)   # [B, Mpad, R]
-  return o[:, :m].reshape(bsz, t, h, R).astype(q_lat.dtype)
+  if num_splits == 1:      # its normalised output is the result (a fully masked row is 0 either way)
+    o = o_part[:, 0, :m]
+  else:
+    o = combine_partials(o_part, lse, combine=combine, out_dtype=q_lat.dtype, num_rows=m, interpret=interpret)
+  return o.reshape(bsz, t, h, R).astype(q_lat.dtype)                  # [B, m, R] -> [B, T, H, R]
 
 
 def _abstract_gpu_context():
@@ -477,7 +481,7 @@ def _abstract_gpu_context():
 
 
 def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_splits=None,
-                         interpret=False, partial_dtype="bfloat16"):
+                         interpret=False, partial_dtype="bfloat16", combine="pallas"):
   """Absorbed MLA tree attention (same contract as reference.mla_attention_reference).
 
   q_lat [B,T,H,512] bf16; q_pe [B,T,H,64] bf16; ckv [B,S,512] bf16; kpe [B,S,64] bf16 (S % 128 == 0);
@@ -486,6 +490,8 @@ def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   interpret: run under Mosaic GPU interpret mode (CPU), with the race detector on.
   partial_dtype: "bfloat16" or "float32", the per-split outputs that XLA combines (with one split, the normalised
   output itself). H200 (issue 6 eighth round): bf16 halves the partials' traffic, 1-2% faster.
+  combine: how several splits are combined, "pallas" (one Triton kernel; in interpret mode, the Triton
+  interpreter) or "xla" (split_combine.py).
   """
   _check(q_lat, q_pe, ckv, kpe, cache_len, block_mask)
   bsz, t, h, _ = q_lat.shape
@@ -497,4 +503,4 @@ def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   with ctx:
     return _mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, scale=float(scale),
                           num_splits=int(num_splits), interpret=bool(interpret),
-                          partial_dtype=jnp.dtype(partial_dtype))
+                          partial_dtype=jnp.dtype(partial_dtype), combine=combine)

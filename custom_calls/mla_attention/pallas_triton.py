@@ -5,7 +5,8 @@ cache shared by all heads. The T*H query rows of one sequence (row m = t*H + h) 
 blocks of `block_m` rows; keys in blocks of `block_k`. Flash-decoding split-K: the visible key range
 [0, cache_len[b] + T) of every sequence is cut into `num_splits` contiguous parts (computed on the
 device from the dynamic length, so short contexts in a long buffer still spread over all parts), each
-program writes a normalised partial output and its log-sum-exp, and a small XLA step combines them.
+program writes a normalised partial output and its log-sum-exp, and split_combine.py combines them (one more
+kernel).
 
 Visibility (as in reference.py): key s is visible to query t of sequence b iff s < cache_len[b], or
 0 <= s - cache_len[b] < T and block_mask[b, t, s - cache_len[b]]. Key blocks that lie entirely in the
@@ -24,6 +25,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dot_accumulate import dot_accumulate
+from custom_calls.mla_attention.split_combine import combine_partials
 
 _NEG_INIT = -1e30  # running-max start: finite so that exp(-inf - m) = 0 without inf - inf
 
@@ -132,15 +134,16 @@ def supported(q_lat, q_pe, ckv, kpe):
 
 
 @functools.partial(jax.jit, static_argnames=("scale", "block_m", "block_k", "num_splits", "num_warps",
-                                             "num_stages", "interpret"))
+                                             "num_stages", "combine", "interpret"))
 def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, block_m=None, block_k=None,
-                         num_splits=None, num_warps=None, num_stages=None, interpret=False):
+                         num_splits=None, num_warps=None, num_stages=None, combine="pallas", interpret=False):
   """Absorbed MLA tree attention (same contract as reference.mla_attention_reference).
 
   q_lat: [B, T, H, R]; q_pe: [B, T, H, P]; ckv: [B, S, R]; kpe: [B, S, P]; cache_len: [B] int32;
   block_mask: [B, T, T] bool. Returns o_lat: [B, T, H, R] in q_lat.dtype.
   block_m: query rows (of T*H) per program; block_k: keys per inner step; num_splits: key splits per
-  (sequence, row block) (None: fill the chip); num_warps/num_stages: Triton launch parameters.
+  (sequence, row block) (None: fill the chip); num_warps/num_stages: Triton launch parameters;
+  combine: how several splits are combined, "pallas" (one kernel) or "xla" (split_combine.py).
   """
   bsz, t, h, r = q_lat.shape
   p = q_pe.shape[-1]
@@ -183,16 +186,8 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   )(cache_len.astype(jnp.int32), q_lat.reshape(bsz, m, r), q_pe.reshape(bsz, m, p), ckv, kpe,
     block_mask.astype(jnp.int8))
 
-  o = o_part[:, 0] if num_splits == 1 else combine_splits(o_part, lse)
+  if num_splits == 1:
+    o = o_part[:, 0]                                               # its normalised output is the result
+  else:
+    o = combine_partials(o_part, lse, combine=combine, out_dtype=q_lat.dtype, interpret=interpret)
   return o.reshape(bsz, t, h, r).astype(q_lat.dtype)
-
-
-def combine_splits(o_part, lse):
-  """Flash-decoding combine: o_part [B, NS, M, R] (each split's normalised output), lse [B, NS, M] (natural
-  log-sum-exp; -inf for an empty split or a row with no visible key) -> f32 [B, M, R]; rows with no visible
-  key in any split give 0."""
-  lse_max = jnp.max(lse, axis=1, keepdims=True)                    # [B, 1, M]
-  lse_max = jnp.where(jnp.isfinite(lse_max), lse_max, 0.0)
-  w = jnp.exp(lse - lse_max)                                      # [B, NS, M]; 0 for empty splits
-  den = jnp.sum(w, axis=1)                                        # [B, M]
-  return jnp.sum(w[..., None] * o_part.astype(jnp.float32), axis=1) / jnp.where(den > 0, den, 1.0)[..., None]

@@ -1,0 +1,147 @@
+"""Every kernel of a dispatched program, timed on its own by Nsight Compute (`ncu`), next to the harness figure.
+
+The chained harness of benchmarks/kernels.py times a whole program per call, launch gaps and its own add and
+reduction included. This says which kernels a program launches and how long each runs on the device alone
+(`gpu__time_duration.sum`, L2 flushed before every kernel by ncu's default cache control; clocks left alone).
+
+  1. drive (GPU, under ncu): each program runs RUNS times, blocking; before every run a tiny Pallas kernel named
+     `ncu_mark_<program index>_<run>` is launched, so the kernels of each run can be told apart in the report.
+       ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+           --log-file $OUT/ncu.csv python3 benchmarks/ncu_programs.py drive --mla "1,1,64,32768" --moe 1,8
+  2. table (anywhere): the last run of each program, kernel by kernel.
+       python3 benchmarks/ncu_programs.py table $OUT/ncu.csv --programs $OUT/ncu_programs.json
+
+Programs: for each MLA shape B,T,H,ctx those of benchmarks/mla_decode_parts.py (the dispatch, the dispatch with
+the XLA combine, the Triton kernel both ways); for each MoE token count the dispatch on k-chunked experts (what
+the engine runs on a GPU) and on the stored layout, at K2.6's per-GPU expert shard.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+RUNS = 3
+MARK = "ncu_mark_"
+
+
+def _marker(name):
+  """A one-program Pallas Triton kernel whose name ncu reports (the program boundary in the report)."""
+  from jax.experimental import pallas as pl
+
+  def body(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1.0
+  return jax.jit(pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32), name=name))
+
+
+def programs(mla_shapes, moe_tokens):
+  """[(label, fn, args)] for the shapes asked for."""
+  import kernels as kb
+  import mla_decode_parts
+  from custom_calls.moe_int4 import KERNEL_K_CHUNK, experts_to_k_chunks, routed_experts_int4
+  out = []
+  for (b, t, h, s) in mla_shapes:
+    args = kb.mla_inputs(b * 1000 + t * 10 + h + s, b, t, h, s)
+    for name, fn in mla_decode_parts.programs(t * h, interp=False):
+      out.append((f"mla {b}x{t}x{h}x{s} {name}", fn, args))
+  if moe_tokens:
+    e, d, inter = 48, 7168, 2048
+    stored = kb.moe_inputs(0, 1, e, d, inter)[3:]
+    chunked = jax.block_until_ready(experts_to_k_chunks(stored, KERNEL_K_CHUNK))
+    fn = functools.partial(routed_experts_int4, expert_offset=0, impl="auto")
+    for m in moe_tokens:
+      tokens = kb.moe_inputs(m + 1, m, e, d, inter)[:3]
+      out.append((f"moe {m} tokens k-chunked", fn, tokens + tuple(chunked)))
+      out.append((f"moe {m} tokens stored", fn, tokens + tuple(stored)))
+  return out
+
+
+def drive(mla_shapes, moe_tokens, programs_json):
+  progs = programs(mla_shapes, moe_tokens)
+  labels = []
+  for i, (label, fn, args) in enumerate(progs):
+    f = jax.jit(fn)
+    jax.block_until_ready(f(*args))                                 # compile (and autotune) outside the marks
+    x = jnp.zeros((16,), jnp.float32) + i
+    for r in range(RUNS):
+      jax.block_until_ready(_marker(f"{MARK}{i}_{r}")(x))
+      jax.block_until_ready(f(*args))
+    labels.append(label)
+    print(f"ncu_programs: {label} done", flush=True)
+  with open(programs_json, "w") as fh:
+    json.dump(labels, fh, indent=1)
+
+
+def read_report(path):
+  """ncu's raw CSV page -> [(kernel name, duration ns)] in launch order (ncu's own log lines skipped)."""
+  with open(path) as fh:
+    lines = [ln for ln in fh if ln.startswith('"')]
+  rows = list(csv.DictReader(lines))
+  out = []
+  for row in rows:
+    dur = row.get("gpu__time_duration.sum", "")
+    try:
+      out.append((row["Kernel Name"], float(dur)))
+    except ValueError:                                              # the units row
+      continue
+  return out
+
+
+def last_runs(kernels, labels):
+  """{label: [(kernel, ns)]} of the last marked run of each program."""
+  out = {}
+  current = None
+  for name, ns in kernels:
+    if name.startswith(MARK) or MARK in name:
+      i, r = name.split(MARK, 1)[1].split("_")[:2]
+      current = (int(i), int(r))
+      if current[1] == RUNS - 1:
+        out[labels[current[0]]] = []
+      continue
+    if current is not None and current[1] == RUNS - 1:
+      out[labels[current[0]]].append((name, ns))
+  return out
+
+
+def table(report, programs_json):
+  labels = json.load(open(programs_json))
+  runs = last_runs(read_report(report), labels)
+  lines = ["| program | kernels | device us (sum) | kernels, us |", "|---|---|---|---|"]
+  for label in labels:
+    ks = runs.get(label, [])
+    parts = ", ".join(f"{name[:40]} {ns / 1e3:.1f}" for name, ns in ks)
+    lines.append(f"| {label} | {len(ks)} | {sum(ns for _, ns in ks) / 1e3:.1f} | {parts} |")
+  text = "\n".join(lines)
+  print(text)
+  return runs
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  sub = ap.add_subparsers(dest="cmd", required=True)
+  d = sub.add_parser("drive")
+  d.add_argument("--mla", default="", help="B,T,H,ctx;...")
+  d.add_argument("--moe", default="", help="token counts, e.g. 1,2,4,8")
+  d.add_argument("--programs", default=os.path.join(os.environ.get("OUT", "/tmp"), "ncu_programs.json"))
+  t = sub.add_parser("table")
+  t.add_argument("report")
+  t.add_argument("--programs", required=True)
+  a = ap.parse_args(argv)
+  if a.cmd == "drive":
+    shapes = [tuple(int(v) for v in s.split(",")) for s in a.mla.split(";") if s]
+    tokens = [int(v) for v in a.moe.split(",") if v]
+    drive(shapes, tokens, a.programs)
+  else:
+    table(a.report, a.programs)
+
+
+if __name__ == "__main__":
+  main()

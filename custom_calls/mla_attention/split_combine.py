@@ -1,0 +1,139 @@
+"""Flash-decoding split combine: the per-split outputs of an MLA kernel -> one output, in XLA or in one launch.
+
+Both MLA kernels (pallas_triton.py, mosaic_gpu.py) cut the visible keys of a sequence into NS splits. Each split
+writes its normalised partial output o_s and its natural log-sum-exp lse_s (-inf for an empty split or a row with
+no visible key in it, whose o_s is 0). The result is
+
+  o = sum_s w_s o_s / sum_s w_s,   w_s = exp(lse_s - max_s lse_s)          (0 for a row with no visible key)
+
+`combine_splits` is the XLA form (the reference; XLA makes 4-5 kernels of it: the max over splits, the weights,
+the weighted sum, the denominator and the divide). `combine_splits_pallas` is one Pallas Triton kernel that does
+the same in a single pass over the splits with a running maximum (online rescaling, as the attention kernels do
+over keys). A short decode (batch 1, <= 32K keys) takes 20-35 us of which only 3-13 us are the cache's bytes
+(benchmarks/RESULTS.md, issue 6 ninth round); the combine's launches were ~5 of its ~7 small kernels.
+
+Shapes: o_part [B, NS, M, R] (any float dtype), lse [B, NS, M] f32 -> [B, num_rows, R] (num_rows <= M: the
+Mosaic kernel's row padding is dropped without another copy).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+_NEG_INIT = -1e30   # running-max start: finite, so that exp(-inf - m) = 0 without inf - inf
+TARGET_PROGRAMS = 132   # about one wave of the H200's SMs
+COMBINES = ("pallas", "xla")
+
+
+def combine_splits(o_part, lse):
+  """XLA reference: o_part [B, NS, M, R], lse [B, NS, M] f32 -> f32 [B, M, R]; rows with no visible key in any
+  split give 0."""
+  lse_max = jnp.max(lse, axis=1, keepdims=True)                    # [B, 1, M]
+  lse_max = jnp.where(jnp.isfinite(lse_max), lse_max, 0.0)
+  w = jnp.exp(lse - lse_max)                                      # [B, NS, M]; 0 for empty splits
+  den = jnp.sum(w, axis=1)                                        # [B, M]
+  return jnp.sum(w[..., None] * o_part.astype(jnp.float32), axis=1) / jnp.where(den > 0, den, 1.0)[..., None]
+
+
+def _pow2_at_most(n):
+  return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+def default_blocks(batch, num_rows, width, num_splits):
+  """(block_rows, block_cols, splits_per_step): tiles small enough for about one wave of programs.
+
+  Columns first (down to 16, so that a row segment is still >= 32 bytes), then rows; a step holds at most
+  4096 partial values (32 a thread at 4 warps)."""
+  block_cols = min(64, _pow2_at_most(width))
+  block_rows = min(16, 1 << max(num_rows - 1, 0).bit_length())
+  programs = lambda: batch * pl.cdiv(num_rows, block_rows) * pl.cdiv(width, block_cols)
+  while programs() < TARGET_PROGRAMS and block_cols > 16:
+    block_cols //= 2
+  while programs() < TARGET_PROGRAMS and block_rows > 1:
+    block_rows //= 2
+  splits_per_step = min(1 << max(num_splits - 1, 0).bit_length(), max(1, 4096 // (block_rows * block_cols)))
+  return block_rows, block_cols, splits_per_step
+
+
+def _combine_kernel(lse_ref, o_ref, out_ref, *, block_rows, block_cols, splits_per_step, num_rows, num_splits):
+  """One program: sequence b, rows [i*BR, (i+1)*BR), columns [c*BC, (c+1)*BC); loops over the splits.
+
+  lse_ref [B, NS, M] f32; o_ref [B, NS, M, R]; out_ref [B, num_rows, R]."""
+  b = pl.program_id(0)
+  i = pl.program_id(1)
+  c = pl.program_id(2)
+  rows = i * block_rows + jnp.arange(block_rows, dtype=jnp.int32)              # [BR]
+  row_ok = rows < num_rows
+  split_idx = jnp.arange(splits_per_step, dtype=jnp.int32)                    # [SP]
+  row_sl = pl.ds(i * block_rows, block_rows)
+  col_sl = pl.ds(c * block_cols, block_cols)
+
+  def step(k, carry):
+    m_run, den, acc = carry                                                   # [BR], [BR], [BR, BC] f32
+    s0 = k * splits_per_step
+    ok = ((s0 + split_idx) < num_splits)[:, None] & row_ok[None, :]           # [SP, BR]
+    lse = plgpu.load(lse_ref.at[b, pl.ds(s0, splits_per_step), row_sl], mask=ok, other=-jnp.inf)
+    part = plgpu.load(o_ref.at[b, pl.ds(s0, splits_per_step), row_sl, col_sl], mask=ok[:, :, None], other=0.)
+    m_new = jnp.maximum(m_run, jnp.max(lse, axis=0))                          # [BR]
+    alpha = jnp.exp(m_run - m_new)
+    w = jnp.exp(lse - m_new[None, :])                                         # [SP, BR]; 0 where lse = -inf
+    den = den * alpha + jnp.sum(w, axis=0)
+    acc = acc * alpha[:, None] + jnp.sum(w[:, :, None] * part.astype(jnp.float32), axis=0)
+    return m_new, den, acc
+
+  init = (jnp.full((block_rows,), _NEG_INIT, jnp.float32), jnp.zeros((block_rows,), jnp.float32),
+          jnp.zeros((block_rows, block_cols), jnp.float32))
+  _, den, acc = lax.fori_loop(0, pl.cdiv(num_splits, splits_per_step), step, init)
+  out = acc / jnp.where(den > 0, den, 1.0)[:, None]                           # 0 where no split saw a key
+  plgpu.store(out_ref.at[b, row_sl, col_sl], out.astype(out_ref.dtype), mask=row_ok[:, None])
+
+
+@functools.partial(jax.jit, static_argnames=("out_dtype", "num_rows", "block_rows", "block_cols",
+                                             "splits_per_step", "num_warps", "num_stages", "interpret"))
+def combine_splits_pallas(o_part, lse, *, out_dtype=jnp.float32, num_rows=None, block_rows=None, block_cols=None,
+                          splits_per_step=None, num_warps=4, num_stages=2, interpret=False):
+  """One-launch combine (Pallas Triton; interpret=True runs it on a CPU). o_part [B, NS, M, R], lse [B, NS, M]
+  f32 -> [B, num_rows, R] out_dtype (num_rows: the first rows of M, default all). The blocks default to
+  default_blocks; block_cols must divide R."""
+  bsz, num_splits, m, width = o_part.shape
+  if lse.shape != (bsz, num_splits, m):
+    raise ValueError(f"combine_splits_pallas: lse {lse.shape}, expected {(bsz, num_splits, m)} for o_part "
+                     f"{o_part.shape}")
+  num_rows = m if num_rows is None else int(num_rows)
+  if not 1 <= num_rows <= m:
+    raise ValueError(f"combine_splits_pallas: num_rows {num_rows} must be in [1, {m}]")
+  d_rows, d_cols, d_splits = default_blocks(bsz, num_rows, width, num_splits)
+  block_rows = block_rows or d_rows
+  block_cols = block_cols or d_cols
+  splits_per_step = splits_per_step or d_splits
+  for name, v in (("block_rows", block_rows), ("block_cols", block_cols), ("splits_per_step", splits_per_step)):
+    if v < 1 or v & (v - 1):
+      raise ValueError(f"combine_splits_pallas: {name} {v} must be a power of two")
+  if width % block_cols:
+    raise ValueError(f"combine_splits_pallas: block_cols {block_cols} must divide the width R = {width}")
+  kernel = functools.partial(_combine_kernel, block_rows=block_rows, block_cols=block_cols,
+                             splits_per_step=splits_per_step, num_rows=num_rows, num_splits=num_splits)
+  return pl.pallas_call(
+      kernel,
+      grid=(bsz, pl.cdiv(num_rows, block_rows), width // block_cols),
+      out_shape=jax.ShapeDtypeStruct((bsz, num_rows, width), jnp.dtype(out_dtype)),
+      compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+      interpret=interpret,
+      name="mla_split_combine",
+  )(lse.astype(jnp.float32), o_part)
+
+
+def combine_partials(o_part, lse, *, combine, out_dtype, num_rows=None, interpret=False):
+  """The attention kernels' combine step: combine "pallas" (combine_splits_pallas, one launch) or "xla"
+  (combine_splits) -> [B, num_rows, R] out_dtype."""
+  if combine not in COMBINES:
+    raise ValueError(f"mla_attention: unknown combine {combine!r}; expected one of {COMBINES}")
+  if combine == "pallas":
+    return combine_splits_pallas(o_part, lse, out_dtype=out_dtype, num_rows=num_rows, interpret=interpret)
+  num_rows = o_part.shape[2] if num_rows is None else num_rows
+  return combine_splits(o_part, lse)[:, :num_rows].astype(out_dtype)

@@ -1,0 +1,37 @@
+"""benchmarks/ncu_programs.py reads an Nsight Compute raw CSV report and keeps the last marked run of each
+program (a synthetic report in ncu's format: its log lines, the header, the units row, then one row a kernel)."""
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import ncu_programs  # noqa: E402
+
+HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","gpu__time_duration.sum"'
+
+
+def report(kernels):
+  lines = ["==PROF== Connected to process 1 (python3)", HEADER, '"","","","","","","","ns"']
+  lines += [f'"{i}","1","python3","h","{name}","1","7","{ns}"' for i, (name, ns) in enumerate(kernels)]
+  return "\n".join(lines) + "\n==PROF== Disconnected from process 1\n"
+
+
+def test_last_run_of_each_program(tmp_path, capsys):
+  kernels = [("rng_bit_generator", 900)]
+  for prog, (names, base) in enumerate(((["fusion_a", "mla_kernel", "mla_split_combine"], 1000),
+                                        (["gemv_up", "gemv_down"], 5000))):
+    for run in range(ncu_programs.RUNS):
+      kernels.append((f"{ncu_programs.MARK}{prog}_{run}", 1))
+      kernels += [(n, base + 100 * run + k) for k, n in enumerate(names)]
+  path = tmp_path / "ncu.csv"
+  path.write_text(report(kernels))
+  labels = tmp_path / "programs.json"
+  labels.write_text(json.dumps(["mla decode", "moe 1 token"]))
+  runs = ncu_programs.table(str(path), str(labels))
+  last = 100 * (ncu_programs.RUNS - 1)
+  assert runs == {"mla decode": [("fusion_a", 1000 + last), ("mla_kernel", 1001 + last),
+                                 ("mla_split_combine", 1002 + last)],
+                  "moe 1 token": [("gemv_up", 5000 + last), ("gemv_down", 5001 + last)]}
+  assert "| mla decode | 3 |" in capsys.readouterr().out

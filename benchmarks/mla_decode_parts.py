@@ -102,6 +102,8 @@ def main(argv=None):
   ap.add_argument("--smoke", action="store_true", help="CPU: interpret mode, one tiny K2.6-dim shape, one sample")
   ap.add_argument("--out", default=None)
   ap.add_argument("--ncu_driver", action="store_true", help="run each program 3 times for ncu; time nothing")
+  ap.add_argument("--combine_blocks", default="",
+                  help="also time combine_splits_pallas with these blocks: rows,cols,splits_per_step,warps;...")
   a = ap.parse_args(argv)
   interp = a.smoke
   if a.smoke:
@@ -137,6 +139,12 @@ def main(argv=None):
                                            [cargs])
     row["times_s"]["combine_pallas"] = timeit(functools.partial(
         split_combine.combine_splits_pallas, out_dtype=jnp.bfloat16, interpret=interp), [cargs])
+    row["combine_default_blocks"] = list(split_combine.default_blocks(b, cargs[0].shape[2], 512, splits))
+    for blocks in [tuple(int(v) for v in c.split(",")) for c in a.combine_blocks.split(";") if c]:
+      rows_, cols, per_step, warps = blocks
+      fn = functools.partial(split_combine.combine_splits_pallas, out_dtype=jnp.bfloat16, interpret=interp,
+                             block_rows=rows_, block_cols=cols, splits_per_step=per_step, num_warps=warps)
+      row["times_s"]["combine_pallas_" + "_".join(map(str, blocks))] = timeit(fn, [cargs])
     rows.append(row)
     kb.log(f"mla B={b} T={t} H={h} ctx={s}: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in row["times_s"].items()))
   doc = dict(date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), device=jax.devices()[0].device_kind,

@@ -5,7 +5,8 @@ reduction included. This says which kernels a program launches and how long each
 (`gpu__time_duration.sum`, L2 flushed before every kernel by ncu's default cache control; clocks left alone).
 
   1. drive (GPU, under ncu): each program runs RUNS times, blocking; before every run a tiny Pallas kernel named
-     `ncu_mark_<program index>_<run>` is launched, so the kernels of each run can be told apart in the report.
+     `ncu_mark_<program index>_<run>` is launched and after it one named `ncu_mark_end`, so the kernels of each
+     run can be told apart in the report (from the compilation's and the inputs' kernels too).
        ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
            --log-file $OUT/ncu.csv python3 benchmarks/ncu_programs.py drive --mla "1,1,64,32768" --moe 1,8
   2. table (anywhere): the last run of each program, kernel by kernel.
@@ -74,6 +75,7 @@ def drive(mla_shapes, moe_tokens, programs_json):
     for r in range(RUNS):
       jax.block_until_ready(_marker(f"{MARK}{i}_{r}")(x))
       jax.block_until_ready(f(*args))
+      jax.block_until_ready(_marker(f"{MARK}end")(x))
     labels.append(label)
     print(f"ncu_programs: {label} done", flush=True)
   with open(programs_json, "w") as fh:
@@ -89,7 +91,7 @@ def read_report(path):
   for row in rows:
     dur = row.get("gpu__time_duration.sum", "")
     try:
-      out.append((row["Kernel Name"], float(dur)))
+      out.append((row["Kernel Name"], float(dur.replace(",", ""))))   # ncu groups thousands
     except ValueError:                                              # the units row
       continue
   return out
@@ -100,8 +102,12 @@ def last_runs(kernels, labels):
   out = {}
   current = None
   for name, ns in kernels:
-    if name.startswith(MARK) or MARK in name:
-      i, r = name.split(MARK, 1)[1].split("_")[:2]
+    if MARK in name:
+      tag = name.split(MARK, 1)[1]
+      if tag.startswith("end"):
+        current = None
+        continue
+      i, r = tag.split("_")[:2]
       current = (int(i), int(r))
       if current[1] == RUNS - 1:
         out[labels[current[0]]] = []

@@ -14,7 +14,7 @@ HEADER = '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","
 
 def report(kernels):
   lines = ["==PROF== Connected to process 1 (python3)", HEADER, '"","","","","","","","ns"']
-  lines += [f'"{i}","1","python3","h","{name}","1","7","{ns}"' for i, (name, ns) in enumerate(kernels)]
+  lines += [f'"{i}","1","python3","h","{name}","1","7","{ns:,}"' for i, (name, ns) in enumerate(kernels)]
   return "\n".join(lines) + "\n==PROF== Disconnected from process 1\n"
 
 
@@ -25,6 +25,8 @@ def test_last_run_of_each_program(tmp_path, capsys):
     for run in range(ncu_programs.RUNS):
       kernels.append((f"{ncu_programs.MARK}{prog}_{run}", 1))
       kernels += [(n, base + 100 * run + k) for k, n in enumerate(names)]
+      kernels.append((f"{ncu_programs.MARK}end", 1))
+    kernels += [("autotuning_of_the_next_program", 77), ("loop_add_fusion", 2)]    # between the marked runs
   path = tmp_path / "ncu.csv"
   path.write_text(report(kernels))
   labels = tmp_path / "programs.json"

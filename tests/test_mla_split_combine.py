@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from custom_calls.gpu_lowering import lower_for_abstract_gpu
-from custom_calls.mla_attention.split_combine import (combine_partials, combine_splits, combine_splits_pallas,
-                                                      default_blocks)
+from custom_calls.mla_attention.split_combine import (MAX_SPLITS, combine_partials, combine_splits,
+                                                      combine_splits_pallas, default_blocks)
 
 
 def partials(seed, b, ns, m, r, dtype):
@@ -79,6 +79,9 @@ def test_bad_inputs():
     combine_splits_pallas(o_part, lse, block_cols=48, interpret=True)
   with pytest.raises(ValueError, match="block_cols 128 must divide the width R = 64"):
     combine_splits_pallas(o_part, lse, block_cols=128, interpret=True)
+  many = jnp.zeros((1, MAX_SPLITS + 1, 8), jnp.float32)
+  with pytest.raises(ValueError, match=f"{MAX_SPLITS + 1} splits, at most {MAX_SPLITS}"):
+    combine_splits_pallas(jnp.zeros((1, MAX_SPLITS + 1, 8, 16)), many, interpret=True)
 
 
 @pytest.mark.parametrize("m,num_rows", [(64, 64), (8, 8), (2112, 2056)])

@@ -8,8 +8,8 @@ no visible key in it, whose o_s is 0). The result is
 
 `combine_splits` is the XLA form (the reference; XLA makes 4-5 kernels of it: the max over splits, the weights,
 the weighted sum, the denominator and the divide). `combine_splits_pallas` is one Pallas Triton kernel that does
-the same in a single pass over the splits with a running maximum (online rescaling, as the attention kernels do
-over keys). A short decode (batch 1, <= 32K keys) takes 20-35 us of which only 3-13 us are the cache's bytes
+the same: each program loads the log-sum-exps of all splits for its rows, then streams the partial outputs of
+its tile. A short decode (batch 1, <= 32K keys) takes 20-35 us of which only 3-13 us are the cache's bytes
 (benchmarks/RESULTS.md, issue 6 ninth round); the combine's launches were ~5 of its ~7 small kernels.
 
 Shapes: o_part [B, NS, M, R] (any float dtype), lse [B, NS, M] f32 -> [B, num_rows, R] (num_rows <= M: the
@@ -28,6 +28,7 @@ from jax.experimental.pallas import triton as plgpu
 _NEG_INIT = -1e30   # running-max start: finite, so that exp(-inf - m) = 0 without inf - inf
 TARGET_PROGRAMS = 132   # about one wave of the H200's SMs
 COMBINES = ("pallas", "xla")
+MAX_SPLITS = 1024   # the kernel loads the log-sum-exps of all splits at once (the kernels split <= ~4 waves)
 
 
 def combine_splits(o_part, lse):
@@ -61,34 +62,40 @@ def default_blocks(batch, num_rows, width, num_splits):
 
 
 def _combine_kernel(lse_ref, o_ref, out_ref, *, block_rows, block_cols, splits_per_step, num_rows, num_splits):
-  """One program: sequence b, rows [i*BR, (i+1)*BR), columns [c*BC, (c+1)*BC); loops over the splits.
+  """One program: sequence b, rows [i*BR, (i+1)*BR), columns [c*BC, (c+1)*BC).
 
-  lse_ref [B, NS, M] f32; o_ref [B, NS, M, R]; out_ref [B, num_rows, R]."""
+  lse_ref [B, NS, M] f32; o_ref [B, NS, M, R]; out_ref [B, num_rows, R].
+  Two passes over the splits: the maximum of the log-sum-exps (all splits in one load), then the weighted sum,
+  accumulated per split slot ([SP, BR, BC]) and reduced over the slots once at the end, so that no step needs a
+  reduction across warps."""
   b = pl.program_id(0)
   i = pl.program_id(1)
   c = pl.program_id(2)
   rows = i * block_rows + jnp.arange(block_rows, dtype=jnp.int32)              # [BR]
   row_ok = rows < num_rows
-  split_idx = jnp.arange(splits_per_step, dtype=jnp.int32)                    # [SP]
   row_sl = pl.ds(i * block_rows, block_rows)
   col_sl = pl.ds(c * block_cols, block_cols)
+  all_splits = 1 << max(num_splits - 1, 0).bit_length()                      # NS rounded up to a power of two
+  ok_all = (jnp.arange(all_splits, dtype=jnp.int32) < num_splits)[:, None] & row_ok[None, :]
+  lse_all = plgpu.load(lse_ref.at[b, pl.ds(0, all_splits), row_sl], mask=ok_all, other=-jnp.inf)   # [NSp, BR]
+  m = jnp.max(lse_all, axis=0)                                                 # [BR]
+  m = jnp.where(m > _NEG_INIT, m, 0.0)                                         # no visible key: every w is 0
+  split_idx = jnp.arange(splits_per_step, dtype=jnp.int32)                    # [SP]
 
   def step(k, carry):
-    m_run, den, acc = carry                                                   # [BR], [BR], [BR, BC] f32
+    acc, den = carry                                                          # [SP, BR, BC], [SP, BR] f32
     s0 = k * splits_per_step
     ok = ((s0 + split_idx) < num_splits)[:, None] & row_ok[None, :]           # [SP, BR]
     lse = plgpu.load(lse_ref.at[b, pl.ds(s0, splits_per_step), row_sl], mask=ok, other=-jnp.inf)
     part = plgpu.load(o_ref.at[b, pl.ds(s0, splits_per_step), row_sl, col_sl], mask=ok[:, :, None], other=0.)
-    m_new = jnp.maximum(m_run, jnp.max(lse, axis=0))                          # [BR]
-    alpha = jnp.exp(m_run - m_new)
-    w = jnp.exp(lse - m_new[None, :])                                         # [SP, BR]; 0 where lse = -inf
-    den = den * alpha + jnp.sum(w, axis=0)
-    acc = acc * alpha[:, None] + jnp.sum(w[:, :, None] * part.astype(jnp.float32), axis=0)
-    return m_new, den, acc
+    w = jnp.exp(lse - m[None, :])                                             # [SP, BR]; 0 where lse = -inf
+    return acc + w[:, :, None] * part.astype(jnp.float32), den + w
 
-  init = (jnp.full((block_rows,), _NEG_INIT, jnp.float32), jnp.zeros((block_rows,), jnp.float32),
-          jnp.zeros((block_rows, block_cols), jnp.float32))
-  _, den, acc = lax.fori_loop(0, pl.cdiv(num_splits, splits_per_step), step, init)
+  init = (jnp.zeros((splits_per_step, block_rows, block_cols), jnp.float32),
+          jnp.zeros((splits_per_step, block_rows), jnp.float32))
+  acc, den = lax.fori_loop(0, pl.cdiv(num_splits, splits_per_step), step, init)
+  acc = jnp.sum(acc, axis=0)                                                  # [BR, BC]
+  den = jnp.sum(den, axis=0)                                                  # [BR]
   out = acc / jnp.where(den > 0, den, 1.0)[:, None]                           # 0 where no split saw a key
   plgpu.store(out_ref.at[b, row_sl, col_sl], out.astype(out_ref.dtype), mask=row_ok[:, None])
 
@@ -116,6 +123,9 @@ def combine_splits_pallas(o_part, lse, *, out_dtype=jnp.float32, num_rows=None, 
       raise ValueError(f"combine_splits_pallas: {name} {v} must be a power of two")
   if width % block_cols:
     raise ValueError(f"combine_splits_pallas: block_cols {block_cols} must divide the width R = {width}")
+  if num_splits > MAX_SPLITS:
+    raise ValueError(f"combine_splits_pallas: {num_splits} splits, at most {MAX_SPLITS} (one load of all the "
+                     "log-sum-exps of a row tile); combine='xla' takes any number")
   kernel = functools.partial(_combine_kernel, block_rows=block_rows, block_cols=block_cols,
                              splits_per_step=splits_per_step, num_rows=num_rows, num_splits=num_splits)
   return pl.pallas_call(
@@ -129,11 +139,11 @@ def combine_splits_pallas(o_part, lse, *, out_dtype=jnp.float32, num_rows=None, 
 
 
 def combine_partials(o_part, lse, *, combine, out_dtype, num_rows=None, interpret=False):
-  """The attention kernels' combine step: combine "pallas" (combine_splits_pallas, one launch) or "xla"
-  (combine_splits) -> [B, num_rows, R] out_dtype."""
+  """The attention kernels' combine step: combine "pallas" (combine_splits_pallas, one launch; XLA above
+  MAX_SPLITS splits) or "xla" (combine_splits) -> [B, num_rows, R] out_dtype."""
   if combine not in COMBINES:
     raise ValueError(f"mla_attention: unknown combine {combine!r}; expected one of {COMBINES}")
-  if combine == "pallas":
+  if combine == "pallas" and o_part.shape[1] <= MAX_SPLITS:
     return combine_splits_pallas(o_part, lse, out_dtype=out_dtype, num_rows=num_rows, interpret=interpret)
   num_rows = o_part.shape[2] if num_rows is None else num_rows
   return combine_splits(o_part, lse)[:, :num_rows].astype(out_dtype)

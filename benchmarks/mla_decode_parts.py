@@ -5,7 +5,7 @@ At batch 1 and <= 32K keys a decode reads 9-38 MB (3-13 us at the copy ceiling) 
 (queued samples, medians, fresh random inputs):
   harness          the harness itself around an identity call (part of every figure below);
   dispatch         custom_calls.mla_attention, impl "auto" (what the model runs: the one-launch split combine);
-  dispatch_xla_combine  the same kernel with the splits combined by XLA (the dispatch before the tenth round);
+  dispatch_xla_combine  the same kernel with the splits combined by XLA (the dispatch before the eleventh round);
   kernel           the Mosaic GPU kernel alone on prepared inputs (mosaic_gpu._kernel_inputs), only its lse
                    consumed;
   mask             mosaic_gpu._mask_words alone (the packed visibility of the tail key blocks);

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import functools
 import json
 import os
@@ -83,8 +84,9 @@ def drive(mla_shapes, moe_tokens, programs_json):
 
 
 def read_report(path):
-  """ncu's raw CSV page -> [(kernel name, duration ns)] in launch order (ncu's own log lines skipped)."""
-  with open(path) as fh:
+  """ncu's raw CSV page (plain or .gz) -> [(kernel name, duration ns)] in launch order (ncu's own log lines
+  skipped)."""
+  with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as fh:
     lines = [ln for ln in fh if ln.startswith('"')]
   rows = list(csv.DictReader(lines))
   out = []

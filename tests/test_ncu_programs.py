@@ -1,5 +1,6 @@
 """benchmarks/ncu_programs.py reads an Nsight Compute raw CSV report and keeps the last marked run of each
 program (a synthetic report in ncu's format: its log lines, the header, the units row, then one row a kernel)."""
+import gzip
 import json
 import os
 import sys
@@ -37,3 +38,7 @@ def test_last_run_of_each_program(tmp_path, capsys):
                                  ("mla_split_combine", 1002 + last)],
                   "moe 1 token": [("gemv_up", 5000 + last), ("gemv_down", 5001 + last)]}
   assert "| mla decode | 3 |" in capsys.readouterr().out
+  gz = tmp_path / "ncu.csv.gz"
+  with gzip.open(gz, "wt") as fh:
+    fh.write(report(kernels))
+  assert ncu_programs.table(str(gz), str(labels)) == runs

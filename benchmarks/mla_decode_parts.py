@@ -13,8 +13,7 @@ At batch 1 and <= 32K keys a decode reads 9-38 MB (3-13 us at the copy ceiling) 
                    outputs of the kernel's shape;
   triton, triton_xla_combine   the Triton kernel (pallas_triton.mla_attention_pallas) with its default split,
                    its splits combined in one launch / by XLA.
---ncu_driver runs each shape's programs a few times without the harness, for `ncu` to time every kernel
-(the call scripts under benchmarks/results/ run it that way).
+benchmarks/ncu_programs.py runs the same programs under `ncu`, which times each of their kernels on its own.
 The parts use the kernel module's private helpers on purpose: this is a diagnosis of that module.
 
 Usage (GPU): PYTHONPATH=. python3 benchmarks/mla_decode_parts.py [--shapes "1,1,64,1024;1,1,64,32768"]
@@ -85,23 +84,11 @@ def programs(h_rows, *, interp):
   return out
 
 
-def ncu_driver(shapes):
-  """Each shape's programs, 3 runs each, blocking, no harness: for `ncu` to time every kernel on its own."""
-  for (b, t, h, s) in shapes:
-    args = kb.mla_inputs(b * 1000 + t * 10 + h + s, b, t, h, s)
-    for name, fn in programs(t * h, interp=False):
-      f = jax.jit(fn)
-      for _ in range(3):
-        jax.block_until_ready(f(*args))
-      kb.log(f"ncu driver: B={b} T={t} H={h} ctx={s} {name} done")
-
-
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="B,T,H,ctx;... (T x H >= 64 also times the Mosaic parts)")
   ap.add_argument("--smoke", action="store_true", help="CPU: interpret mode, one tiny K2.6-dim shape, one sample")
   ap.add_argument("--out", default=None)
-  ap.add_argument("--ncu_driver", action="store_true", help="run each program 3 times for ncu; time nothing")
   ap.add_argument("--combine_blocks", default="",
                   help="also time combine_splits_pallas with these blocks: rows,cols,splits_per_step,warps;...")
   a = ap.parse_args(argv)
@@ -110,8 +97,6 @@ def main(argv=None):
     mosaic_gpu.reserve_cpu_threads_for_interpret()
     kb.QUEUED = 1
   shapes = [(1, 1, 64, 256)] if a.smoke else [tuple(int(v) for v in s.split(",")) for s in a.shapes.split(";") if s]
-  if a.ncu_driver:
-    return ncu_driver(shapes)
   reps, calls = (1, 1) if a.smoke else (9, None)
   timeit = functools.partial(kb.timeit, reps=reps, calls=calls)
   out_path = a.out or os.path.join(os.environ.get("OUT") or "benchmarks/results", "mla_decode_parts.json")

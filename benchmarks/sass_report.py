@@ -47,6 +47,7 @@ def lower(args):
     b, t, h, s = map(int, args.shape.split(","))
     shapes = (S((b, t, h, 512), jnp.bfloat16), S((b, t, h, 64), jnp.bfloat16), S((b, s, 512), jnp.bfloat16),
               S((b, s, 64), jnp.bfloat16), S((b,), jnp.int32), S((b, t, t), jnp.bool_))
+    kw.setdefault("combine", "xla")   # the attention kernel's module only (not the split combine's, 4 warps)
     fn = lambda *a: mla_attention_pallas(*a, scale=0.1, **kw)
   else:
     from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv

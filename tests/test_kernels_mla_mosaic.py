@@ -21,9 +21,9 @@ import custom_calls
 from configs.tiny import tiny
 from custom_calls.gpu_lowering import abstract_gpu_mesh
 from custom_calls.mla_attention import MOSAIC_MIN_ROWS, mla_attention, select_kernel
-from custom_calls.mla_attention.mosaic_gpu import (_mla_attention, default_num_splits, device_supported,
+from custom_calls.mla_attention.mosaic_gpu import (_mask_words, _mla_attention, default_num_splits, device_supported,
                                                    mla_attention_mosaic, supported)
-from custom_calls.mla_attention.reference import mla_attention_reference
+from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 from custom_calls.random_inputs import ancestor_masks
 from ddtree_jax.model.mla import MLA
 from ddtree_jax.model.rope import rope_cos_sin, yarn_inv_freq
@@ -73,6 +73,7 @@ CASES = [
     (1, 1, 1, 8, 256, None, None),              # AR decode (one split by default)
     (2, 2, 5, 4, 256, None, None),              # tree, ragged cache_len
     (3, 1, 20, 8, 384, [301], 2),               # 3 row tiles, tail pairs cross the split boundary
+    (11, 2, 20, 4, 384, [120, 250], 2),         # the new block crosses a pair boundary: mask tiles 2 and 3
 ]
 
 
@@ -121,6 +122,31 @@ def test_empty_context_and_fully_masked_row():
   np.testing.assert_array_equal(np.asarray(out[0, 3].astype(jnp.float32)), 0.0)
 
 
+@pytest.mark.parametrize("b,t,h,s,cache_len", [(2, 20, 4, 384, [120, 250]), (1, 1, 64, 256, [255]),
+                                                (2, 130, 8, 512, [0, 300])])
+def test_mask_words_are_the_visibility_of_the_tail(b, t, h, s, cache_len):
+  """Bit i of word [b, k, w, m] is the visibility of key 128 * (cache_len // 128) + 64k + 32w + i to row m
+  (query m // H; rows past T x H see nothing), as reference.visibility_mask says."""
+  rng = np.random.default_rng(t)
+  cache_len = jnp.asarray(cache_len, jnp.int32)
+  mask = jnp.asarray(ancestor_masks(rng, b, t))
+  m_pad = -(-t * h // 64) * 64
+  words = np.asarray(_mask_words(cache_len, mask, h, m_pad, s)).view(np.uint32)    # [B, NTB, 2, Mpad]
+  assert words.shape[1] == 2 * -(-(127 + t) // 128)
+  vis = np.asarray(visibility_mask(cache_len, mask, s))                            # [B, T, S]
+  bits = (words[..., None] >> np.arange(32, dtype=np.uint32)) & 1                   # [B, NTB, 2, Mpad, 32]
+  for bi in range(b):
+    base = int(cache_len[bi]) // 128 * 128
+    keys = base + np.arange(words.shape[1] * 64)                                    # the tail keys, in word order
+    got = bits[bi].transpose(0, 1, 3, 2).reshape(-1, m_pad)                         # [NTB*64, Mpad]
+    rows = np.arange(m_pad)
+    want = np.zeros_like(got)
+    ok_key = keys < s
+    for m in rows[rows < t * h]:
+      want[ok_key, m] = vis[bi, m // h, keys[ok_key]]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_bad_inputs():
   args = make_inputs(6, 1, 2, 4, 256)
   with pytest.raises(ValueError, match="q_lat"):
@@ -130,6 +156,8 @@ def test_bad_inputs():
   short = make_inputs(6, 1, 2, 4, 192)
   with pytest.raises(ValueError, match="multiple of 128"):
     mla_attention_mosaic(*short, scale=SCALE, interpret=True)
+  with pytest.raises(ValueError, match="unknown combine 'XLA'"):                 # checked even with one split
+    mla_attention_mosaic(*args, scale=SCALE, num_splits=1, combine="XLA", interpret=True)
 
 
 def test_model_layer_tree_verify(monkeypatch):

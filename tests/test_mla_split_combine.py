@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from custom_calls.gpu_lowering import lower_for_abstract_gpu
+from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.mla_attention.split_combine import (MAX_SPLITS, combine_partials, combine_splits,
                                                       combine_splits_pallas, default_blocks)
 
@@ -59,6 +60,11 @@ def test_combine_partials_both_ways_agree():
   assert rel_err(a, b) < 1e-5
   with pytest.raises(ValueError, match="unknown combine 'cuda'"):
     combine_partials(o_part, lse, combine="cuda", out_dtype=jnp.float32)
+  s = jax.ShapeDtypeStruct
+  with pytest.raises(ValueError, match="mla_attention_pallas: unknown combine 'XLA'"):   # even with one split
+    mla_attention_pallas(s((1, 1, 8, 64), jnp.float32), s((1, 1, 8, 16), jnp.float32), s((1, 64, 64), jnp.float32),
+                         s((1, 64, 16), jnp.float32), s((1,), jnp.int32), s((1, 1, 1), jnp.bool_), scale=0.1,
+                         num_splits=1, combine="XLA", interpret=True)
 
 
 def test_default_blocks_fill_a_wave():
@@ -84,16 +90,16 @@ def test_bad_inputs():
     combine_splits_pallas(jnp.zeros((1, MAX_SPLITS + 1, 8, 16)), many, interpret=True)
 
 
-@pytest.mark.parametrize("m,num_rows", [(64, 64), (8, 8), (2112, 2056)])
-def test_lowers_for_h200(m, num_rows):
+@pytest.mark.parametrize("ns,m,num_rows", [(128, 64, 64), (33, 8, 8), (3, 2112, 2056)])
+def test_lowers_for_h200(ns, m, num_rows):
   modules = []
 
   def verify(module):
     module.operation.verify()
     modules.append(module)
   fn = lambda o, l: combine_splits_pallas(o, l, out_dtype=jnp.bfloat16, num_rows=num_rows)
-  lower_for_abstract_gpu(fn, jax.ShapeDtypeStruct((1, 128, m, 512), jnp.bfloat16),
-                         jax.ShapeDtypeStruct((1, 128, m), jnp.float32), on_module=verify)
+  lower_for_abstract_gpu(fn, jax.ShapeDtypeStruct((1, ns, m, 512), jnp.bfloat16),
+                         jax.ShapeDtypeStruct((1, ns, m), jnp.float32), on_module=verify)
   assert len(modules) == 1
 
 

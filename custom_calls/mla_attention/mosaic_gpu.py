@@ -108,7 +108,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from custom_calls.gpu_lowering import abstract_gpu_mesh
-from custom_calls.mla_attention.split_combine import combine_partials
+from custom_calls.mla_attention.split_combine import check_combine, combine_partials
 
 BM = 64          # query rows per CTA
 BN = 64          # keys per block (two blocks, one per warpgroup, per pair)
@@ -488,11 +488,12 @@ def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   cache_len [B] int32; block_mask [B,T,T] bool. Returns [B,T,H,512] bf16.
   num_splits: key splits per (sequence, row tile) (None: default_num_splits, at most one wave of 132 CTAs).
   interpret: run under Mosaic GPU interpret mode (CPU), with the race detector on.
-  partial_dtype: "bfloat16" or "float32", the per-split outputs that XLA combines (with one split, the normalised
-  output itself). H200 (issue 6 eighth round): bf16 halves the partials' traffic, 1-2% faster.
-  combine: how several splits are combined, "pallas" (one Triton kernel; in interpret mode, the Triton
-  interpreter) or "xla" (split_combine.py).
+  partial_dtype: "bfloat16" or "float32", the per-split outputs that the combine reads (with one split, the
+  normalised output itself). H200 (issue 6 eighth round): bf16 halves the partials' traffic, 1-2% faster.
+  combine: how several splits are combined (split_combine.py), "pallas" (combine_splits_pallas, one Triton
+  kernel; in interpret mode, the Triton interpreter) or "xla" (combine_splits).
   """
+  check_combine("mla_attention_mosaic", combine)
   _check(q_lat, q_pe, ckv, kpe, cache_len, block_mask)
   bsz, t, h, _ = q_lat.shape
   if num_splits is None:

@@ -25,7 +25,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dot_accumulate import dot_accumulate
-from custom_calls.mla_attention.split_combine import combine_partials
+from custom_calls.mla_attention.split_combine import check_combine, combine_partials
 
 _NEG_INIT = -1e30  # running-max start: finite so that exp(-inf - m) = 0 without inf - inf
 
@@ -143,8 +143,10 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   block_mask: [B, T, T] bool. Returns o_lat: [B, T, H, R] in q_lat.dtype.
   block_m: query rows (of T*H) per program; block_k: keys per inner step; num_splits: key splits per
   (sequence, row block) (None: fill the chip); num_warps/num_stages: Triton launch parameters;
-  combine: how several splits are combined, "pallas" (one kernel) or "xla" (split_combine.py).
+  combine: how several splits are combined (split_combine.py), "pallas" (combine_splits_pallas, one kernel) or
+  "xla" (combine_splits).
   """
+  check_combine("mla_attention_pallas", combine)
   bsz, t, h, r = q_lat.shape
   p = q_pe.shape[-1]
   s_len = ckv.shape[1]

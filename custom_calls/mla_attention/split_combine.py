@@ -28,7 +28,8 @@ from jax.experimental.pallas import triton as plgpu
 _NEG_INIT = -1e30   # running-max start: finite, so that exp(-inf - m) = 0 without inf - inf
 TARGET_PROGRAMS = 132   # about one wave of the H200's SMs
 COMBINES = ("pallas", "xla")
-MAX_SPLITS = 1024   # the kernel loads the log-sum-exps of all splits at once (the kernels split <= ~4 waves)
+MAX_SPLITS = 1024   # the kernel loads the log-sum-exps of all splits at once; more go to XLA (e.g. the Triton
+                    # kernel's decode at > 512K keys: one split per 512 keys)
 
 
 def combine_splits(o_part, lse):
@@ -77,7 +78,10 @@ def _combine_kernel(lse_ref, o_ref, out_ref, *, block_rows, block_cols, splits_p
   col_sl = pl.ds(c * block_cols, block_cols)
   all_splits = 1 << max(num_splits - 1, 0).bit_length()                      # NS rounded up to a power of two
   ok_all = (jnp.arange(all_splits, dtype=jnp.int32) < num_splits)[:, None] & row_ok[None, :]
-  lse_all = plgpu.load(lse_ref.at[b, pl.ds(0, all_splits), row_sl], mask=ok_all, other=-jnp.inf)   # [NSp, BR]
+  # A masked load may reach past NS (as the row tiles reach past M); its start is a traced zero so that the
+  # slice is not bounds-checked at trace time like a static one.
+  first = b * 0
+  lse_all = plgpu.load(lse_ref.at[b, pl.ds(first, all_splits), row_sl], mask=ok_all, other=-jnp.inf)  # [NSp, BR]
   m = jnp.max(lse_all, axis=0)                                                 # [BR]
   m = jnp.where(m > _NEG_INIT, m, 0.0)                                         # no visible key: every w is 0
   split_idx = jnp.arange(splits_per_step, dtype=jnp.int32)                    # [SP]
@@ -138,11 +142,15 @@ def combine_splits_pallas(o_part, lse, *, out_dtype=jnp.float32, num_rows=None, 
   )(lse.astype(jnp.float32), o_part)
 
 
+def check_combine(where, combine):
+  if combine not in COMBINES:
+    raise ValueError(f"{where}: unknown combine {combine!r}; expected one of {COMBINES}")
+
+
 def combine_partials(o_part, lse, *, combine, out_dtype, num_rows=None, interpret=False):
   """The attention kernels' combine step: combine "pallas" (combine_splits_pallas, one launch; XLA above
   MAX_SPLITS splits) or "xla" (combine_splits) -> [B, num_rows, R] out_dtype."""
-  if combine not in COMBINES:
-    raise ValueError(f"mla_attention: unknown combine {combine!r}; expected one of {COMBINES}")
+  check_combine("mla_attention", combine)
   if combine == "pallas" and o_part.shape[1] <= MAX_SPLITS:
     return combine_splits_pallas(o_part, lse, out_dtype=out_dtype, num_rows=num_rows, interpret=interpret)
   num_rows = o_part.shape[2] if num_rows is None else num_rows

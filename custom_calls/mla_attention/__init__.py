@@ -6,7 +6,8 @@ wgmma, two warpgroups, sm_90 only; K2.6 dimensions only: R 512, P 64, bf16, S a 
 timed (benchmarks/RESULTS.md, issue 6 eighth and ninth rounds): 1 x 257 x 64 heads x 32K 1.85 ms against 4.60,
 8 x 16 x 64 x 4K 0.135 against 0.328, 1 x 64 x 8 x 32K 0.086 against 0.170; decode 1 x 1 x 64 x 128K 0.062 against
 0.104, 1 x 1 x 64 x 32K 0.035 against 0.048. Decode with 8 heads (8 rows) stays on Triton: 1 x 1 x 8 x 128K 0.056
-against Mosaic's 0.063 (its 64-row tile would be 7/8 padding).
+against Mosaic's 0.063 (its 64-row tile would be 7/8 padding). Both kernels split the keys and combine the splits
+with split_combine.py (one Pallas Triton launch; its XLA form is the reference).
 """
 import jax
 

@@ -7,6 +7,7 @@ nvdisasm and cuobjdump for sm_90):
      its Triton IR written to DIR:
        .venv/bin/python benchmarks/sass_report.py lower --kernel mla --shape 1,257,8,32768 --out /tmp/sass
        .venv/bin/python benchmarks/sass_report.py lower --kernel moe_gemv --tokens 1 --out /tmp/sass
+       .venv/bin/python benchmarks/sass_report.py lower --kernel mla_combine --shape 1,128,64,bfloat16 --out /tmp/c
   2. compile (any Python with `pip install triton==3.6.0`, the GPU machine's Triton; no GPU needed):
        python benchmarks/sass_report.py compile --dir /tmp/sass --num_warps 8 --num_stages 2
 
@@ -42,7 +43,12 @@ def lower(args):
 
   S = jax.ShapeDtypeStruct
   kw = dict(eval(f"dict({args.kwargs})")) if args.kwargs else {}
-  if args.kernel == "mla":
+  if args.kernel == "mla_combine":
+    from custom_calls.mla_attention.split_combine import combine_splits_pallas
+    b, ns, m, dt = args.shape.split(",")      # B, splits, rows, partial dtype
+    shapes = (S((int(b), int(ns), int(m), 512), jnp.dtype(dt)), S((int(b), int(ns), int(m)), jnp.float32))
+    fn = lambda *a: combine_splits_pallas(*a, out_dtype=jnp.bfloat16, **kw)
+  elif args.kernel == "mla":
     from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
     b, t, h, s = map(int, args.shape.split(","))
     shapes = (S((b, t, h, 512), jnp.bfloat16), S((b, t, h, 64), jnp.bfloat16), S((b, s, 512), jnp.bfloat16),
@@ -106,8 +112,8 @@ def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = ap.add_subparsers(dest="cmd", required=True)
   lo = sub.add_parser("lower")
-  lo.add_argument("--kernel", choices=["mla", "moe_gemv", "moe_grouped"], required=True)
-  lo.add_argument("--shape", default="1,257,8,32768", help="mla: B,T,H,S")
+  lo.add_argument("--kernel", choices=["mla", "mla_combine", "moe_gemv", "moe_grouped"], required=True)
+  lo.add_argument("--shape", default="1,257,8,32768", help="mla: B,T,H,S; mla_combine: B,splits,rows,dtype")
   lo.add_argument("--tokens", type=int, default=1, help="moe: tokens (one local expert each at most)")
   lo.add_argument("--kwargs", default="", help="extra kernel keyword arguments, e.g. 'block_n=8, sort_pairs=True'")
   lo.add_argument("--out", required=True)

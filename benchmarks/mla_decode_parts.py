@@ -116,7 +116,7 @@ def main(argv=None):
         row["times_s"]["kernel"] = timeit(kern, [kargs])
       row["times_s"]["mask"] = timeit(mask_fn, [margs])
     else:     # the Triton kernel's f32 partials
-      splits = pallas_triton.default_num_splits(b, t * h, s, block_m=max(16, 1 << (t * h - 1).bit_length()),
+      splits = pallas_triton.default_num_splits(b, t * h, s, block_m=pallas_triton.default_block_m(t * h),
                                                 block_k=64)
       cargs = combine_args(s + h, b, splits, t * h, jnp.float32)
     row["combine_splits"] = splits

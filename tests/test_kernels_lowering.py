@@ -12,6 +12,7 @@ import pytest
 
 from custom_calls.gpu_lowering import lower_for_abstract_gpu
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
+from custom_calls.mla_attention.split_combine import combine_splits_pallas
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.tree_build.pallas_triton import tree_build_pallas
@@ -82,6 +83,12 @@ def test_mla_kernel_lowers_for_h200(b, t, h, s, num_splits, modules):
           S((b, s, 64), jnp.bfloat16), S((b,), jnp.int32), S((b, t, t), jnp.bool_))
   fn = lambda *a: mla_attention_pallas(*a, scale=0.1, num_splits=num_splits)
   assert lower_for_h200(fn, *args) == modules              # the attention kernel, and the combine for > 1 split
+
+
+@pytest.mark.parametrize("ns,m,num_rows", [(128, 64, 64), (33, 8, 8), (3, 2112, 2056)])
+def test_mla_split_combine_lowers_for_h200(ns, m, num_rows):
+  fn = lambda o, l: combine_splits_pallas(o, l, out_dtype=jnp.bfloat16, num_rows=num_rows)
+  assert lower_for_h200(fn, S((1, ns, m, 512), jnp.bfloat16), S((1, ns, m), jnp.float32)) == 1
 
 
 def test_tree_kernels_lower_for_h200():

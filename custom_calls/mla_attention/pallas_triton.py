@@ -26,12 +26,9 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dot_accumulate import dot_accumulate
 from custom_calls.mla_attention.split_combine import check_combine, combine_partials
+from custom_calls.pow2 import is_pow2, next_pow2, pow2_at_most
 
 _NEG_INIT = -1e30  # running-max start: finite so that exp(-inf - m) = 0 without inf - inf
-
-
-def _is_pow2(n):
-  return n >= 1 and (n & (n - 1)) == 0
 
 
 def _mla_kernel(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mask_ref, o_ref, lse_ref, *,
@@ -125,10 +122,15 @@ def default_num_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=1
   return int(max(1, min(want, max_splits)))
 
 
+def default_block_m(num_rows):
+  """Query rows (of T*H) per program: 64, or the rows rounded up to a power of two (at least 16)."""
+  return 64 if num_rows >= 64 else max(16, next_pow2(num_rows))
+
+
 def supported(q_lat, q_pe, ckv, kpe):
   """Shapes the kernel handles (the dispatch falls back to XLA otherwise)."""
   r, p = q_lat.shape[-1], q_pe.shape[-1]
-  return (_is_pow2(r) and _is_pow2(p) and r >= 16 and p >= 16 and ckv.shape[-1] == r and kpe.shape[-1] == p
+  return (is_pow2(r) and is_pow2(p) and r >= 16 and p >= 16 and ckv.shape[-1] == r and kpe.shape[-1] == p
           and ckv.shape[1] >= 16
           and q_lat.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and ckv.dtype == q_lat.dtype)
 
@@ -157,10 +159,10 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
     raise ValueError(f"mla_attention_pallas: block_mask {block_mask.shape}, expected {(bsz, t, t)}")
   m = t * h
   if block_m is None:
-    block_m = 64 if m >= 64 else max(16, 1 << (m - 1).bit_length())
+    block_m = default_block_m(m)
   if block_k is None:
     block_k = 64
-  block_k = min(block_k, 1 << (s_len.bit_length() - 1))          # a key block never exceeds the buffer
+  block_k = min(block_k, pow2_at_most(s_len))                     # a key block never exceeds the buffer
   if block_k < 16 or block_m < 16:
     raise ValueError(f"mla_attention_pallas: block_k {block_k} and block_m {block_m} must be >= 16 "
                      f"(S = {s_len} keys in the cache buffer)")

@@ -27,6 +27,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from custom_calls.pow2 import is_pow2, next_pow2, pow2_at_most
+
 _NEG_INIT = -1e30   # a row tile's maximum log-sum-exp below this is -inf: no split saw a key
 TARGET_PROGRAMS = 132   # about one wave of the H200's SMs
 COMBINES = ("pallas", "xla")
@@ -44,23 +46,19 @@ def combine_splits(o_part, lse):
   return jnp.sum(w[..., None] * o_part.astype(jnp.float32), axis=1) / jnp.where(den > 0, den, 1.0)[..., None]
 
 
-def _pow2_at_most(n):
-  return 1 << (max(int(n), 1).bit_length() - 1)
-
-
 def default_blocks(batch, num_rows, width, num_splits):
   """(block_rows, block_cols, splits_per_step): tiles small enough for about one wave of programs.
 
   Columns first (down to 16, so that a row segment is still >= 32 bytes), then rows; a step holds at most
   4096 partial values (32 a thread at 4 warps)."""
-  block_cols = min(64, _pow2_at_most(width))
-  block_rows = min(16, 1 << max(num_rows - 1, 0).bit_length())
+  block_cols = min(64, pow2_at_most(width))
+  block_rows = min(16, next_pow2(num_rows))
   programs = lambda: batch * pl.cdiv(num_rows, block_rows) * pl.cdiv(width, block_cols)
   while programs() < TARGET_PROGRAMS and block_cols > 16:
     block_cols //= 2
   while programs() < TARGET_PROGRAMS and block_rows > 1:
     block_rows //= 2
-  splits_per_step = min(1 << max(num_splits - 1, 0).bit_length(), max(1, 4096 // (block_rows * block_cols)))
+  splits_per_step = min(next_pow2(num_splits), max(1, 4096 // (block_rows * block_cols)))
   return block_rows, block_cols, splits_per_step
 
 
@@ -78,7 +76,7 @@ def _combine_kernel(lse_ref, o_ref, out_ref, *, block_rows, block_cols, splits_p
   row_ok = rows < num_rows
   row_sl = pl.ds(i * block_rows, block_rows)
   col_sl = pl.ds(c * block_cols, block_cols)
-  all_splits = 1 << max(num_splits - 1, 0).bit_length()                      # NS rounded up to a power of two
+  all_splits = next_pow2(num_splits)                                         # NS rounded up to a power of two
   ok_all = (jnp.arange(all_splits, dtype=jnp.int32) < num_splits)[:, None] & row_ok[None, :]
   # A masked load may reach past NS (as the row tiles reach past M); its start is a traced zero so that the
   # slice is not bounds-checked at trace time like a static one.
@@ -125,7 +123,7 @@ def combine_splits_pallas(o_part, lse, *, out_dtype=jnp.float32, num_rows=None, 
   block_cols = block_cols or d_cols
   splits_per_step = splits_per_step or d_splits
   for name, v in (("block_rows", block_rows), ("block_cols", block_cols), ("splits_per_step", splits_per_step)):
-    if v < 1 or v & (v - 1):
+    if not is_pow2(v):
       raise ValueError(f"combine_splits_pallas: {name} {v} must be a power of two")
   if width % block_cols:
     raise ValueError(f"combine_splits_pallas: block_cols {block_cols} must divide the width R = {width}")

@@ -15,9 +15,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-
-def _next_pow2(n: int) -> int:
-  return 1 << max(0, (n - 1).bit_length())
+from custom_calls.pow2 import next_pow2
 
 
 def _pick(vec, iota, i):
@@ -105,8 +103,8 @@ def _kernel(lp_ref, tok_ref, tokens_ref, parents_ref, depths_ref, scores_ref, ra
 def tree_build_pallas(topk_logprobs, topk_tokens, *, budget: int, num_warps: int = 4, interpret: bool = False):
   """Same contract as reference.tree_build_reference."""
   b, L, K = topk_logprobs.shape
-  LP, KP = _next_pow2(L), _next_pow2(K)
-  FP, NP = _next_pow2(2 * budget + 1), _next_pow2(budget + 1)
+  LP, KP = next_pow2(L), next_pow2(K)
+  FP, NP = next_pow2(2 * budget + 1), next_pow2(budget + 1)
   lp = jnp.pad(topk_logprobs.astype(jnp.float32), ((0, 0), (0, LP - L), (0, KP - K)))
   tok = jnp.pad(topk_tokens.astype(jnp.int32), ((0, 0), (0, LP - L), (0, KP - K)))
   kernel = functools.partial(_kernel, budget=budget, L=L, K=K, LP=LP, KP=KP, FP=FP, NP=NP)

@@ -12,9 +12,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-
-def _next_pow2(n: int) -> int:
-  return 1 << max(0, (n - 1).bit_length())
+from custom_calls.pow2 import next_pow2
 
 
 def _kernel(tok_ref, par_ref, val_ref, tgt_ref, path_ref, nacc_ref, bonus_ref, *, n1, NP, DP, max_depth):
@@ -46,7 +44,7 @@ def _kernel(tok_ref, par_ref, val_ref, tgt_ref, path_ref, nacc_ref, bonus_ref, *
 @functools.partial(jax.jit, static_argnames=("max_depth", "interpret"))
 def tree_walk_pallas(tree_tokens, parents, valid, target_tokens, *, max_depth: int, interpret: bool = False):
   b, n1 = tree_tokens.shape
-  NP, DP = _next_pow2(n1), _next_pow2(max_depth + 1)
+  NP, DP = next_pow2(n1), next_pow2(max_depth + 1)
   kernel = functools.partial(_kernel, n1=n1, NP=NP, DP=DP, max_depth=max_depth)
   path, n_acc, bonus = pl.pallas_call(
       kernel, grid=(b,),

@@ -46,6 +46,7 @@ MOE_KERNELS = {
     "gemv_sorted": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True),
     "gemv_sorted_runs": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True, rows_per_run=4),
     "gemv_pair_splits": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=4),
+    "gemv_prefetch": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, prefetch=2),
     "grouped": lambda *a: routed_experts_int4_pallas(*a, 0),
     "grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256),
     "grouped_f32_planes": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256, exact_bf16=False),

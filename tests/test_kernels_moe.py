@@ -103,7 +103,8 @@ def test_dispatch():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("kernel", ["grouped", "grouped_f32_planes", "gemv", "grouped_k_chunks", "gemv_k_chunks"])
+@pytest.mark.parametrize("kernel", ["grouped", "grouped_f32_planes", "gemv", "grouped_k_chunks", "gemv_k_chunks",
+                                    "gemv_prefetch1", "gemv_prefetch2_k_chunks"])
 @pytest.mark.parametrize("n", [1, 64, 600])
 def test_gpu_kernel(n, kernel):
   e, d, inter = 48, 7168, 2048
@@ -123,9 +124,10 @@ def test_gpu_kernel(n, kernel):
     kernel = kernel[:-len("_k_chunks")]
   if kernel == "grouped_f32_planes":                  # nibbles.py's float32 planes instead of bf16_planes.py
     out = routed_experts_int4_pallas(x, ids, w, *experts, 0, planar=True, exact_bf16=False)
-  elif kernel == "gemv":
+  elif kernel.startswith("gemv"):                     # gemv_prefetchP: the K loop loading P-ahead (_tile_gemv)
     from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
-    out = routed_experts_int4_gemv(x, ids, w, *experts, 0)
+    prefetch = int(kernel[-1]) if kernel.startswith("gemv_prefetch") else None
+    out = routed_experts_int4_gemv(x, ids, w, *experts, 0, prefetch=prefetch)
   else:
     out = routed_experts_int4_pallas(x, ids, w, *experts, 0)
   assert rel_err(out, ref) < 1e-2
@@ -171,12 +173,32 @@ def test_gemv_matches_reference(n, k, e_total, e_local, offset, dtype, d, inter,
   assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < tol
 
 
+@pytest.mark.parametrize("prefetch,opts,chunk", [
+    (1, dict(block_k=128, sort_pairs=False), None),           # 4 K steps gate/up, 2 down; token order, no order array
+    (2, dict(block_k=128, sort_pairs=True, rows_per_run=4), None),  # runs of rows share the prefetched tiles
+    (1, dict(block_k=256), 64),                               # k-chunked [4, BN, 8] tiles; down: one K step, no loop
+    (2, dict(block_k=256, pair_splits=2), 128),               # pairs split 2 ways, activations prefetched too
+])
+def test_gemv_prefetch_gives_the_same_bits(prefetch, opts, chunk):
+  """Loading the next K step ahead changes when the loads are issued, not what is summed or in which order."""
+  from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
+  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+  x, ids, w, stored = make_inputs(21, 5, 3, 12, 6, 512, 256, jnp.float32)
+  experts = experts_to_k_chunks(stored, chunk) if chunk else stored
+  plain = routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, prefetch=0, **opts)
+  ahead = routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, prefetch=prefetch, **opts)
+  np.testing.assert_array_equal(np.asarray(ahead), np.asarray(plain))
+  assert rel_err(ahead, reference_f32(x, ids, w, stored, 3)) < 1e-5
+
+
 def test_gemv_rejects_bad_options():
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
   x, ids, w, experts = make_inputs(3, 2, 2, 4, 4, 256, 256, jnp.float32)
   with pytest.raises(ValueError, match="pair_splits 2 must be >= 1, and above 1 only with rows_per_run 1"):
     routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, sort_pairs=True, rows_per_run=2,
                              pair_splits=2)
+  with pytest.raises(ValueError, match="prefetch 3 must be 0, 1 or 2"):
+    routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, prefetch=3)
 
 
 @pytest.mark.parametrize("sort_pairs,rows_per_run", [(False, 1), (True, 1), (True, 2)])

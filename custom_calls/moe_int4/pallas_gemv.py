@@ -43,7 +43,8 @@ from custom_calls.moe_int4.k_chunks import (block_k_fits, check_block_k, check_s
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 
-def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size):
+def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
+               prefetch=0):
   """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
@@ -56,6 +57,12 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   Everything is a [BN, BK/8] tile in one layout: the activations are loaded already broadcast over the BN
   rows (each thread loads the columns of its own words, cache hits), because a [BK/8] vector broadcast in
   registers makes Triton convert layouts through shared memory (a barrier per plane, H200 SASS).
+
+  prefetch (software pipelining in registers; Triton's pipeliner leaves these loads alone, as they feed no dot):
+  0: each K step issues its loads at the top of its own trip and waits for them (one DRAM round trip per step);
+  1: step c + 1's words and scales are loaded while step c is reduced (two steps' words in flight);
+  2: its activations too (cache hits, but an L2 round trip per step otherwise).
+  The last step is peeled, so no step is loaded twice and nothing past K is read.
   """
   bk8 = block_k // 8
   k8 = act_ref.shape[1] // 8
@@ -84,12 +91,20 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
       scale = load_scale_tile(s_ref, e, n0, block_n, c * (bk8 // wpg), bk8 // wpg)
     return words, scale.astype(jnp.float32)
 
-  def body(c, accs):
+  def load_acts(c):
     kw0 = c * bk8
-    acts = [[act_ref[row, cols + (j * k8 + kw0)] for j in range(8)] for row in safe_rows]   # R x 8 x cols' shape
+    return [[act_ref[row, cols + (j * k8 + kw0)] for j in range(8)] for row in safe_rows]   # R x 8 x cols' shape
+
+  def load(c):
+    """What K step c reads: ([(words, scales) per mat], activations or None)."""
+    return [tiles(w_ref, s_ref, c) for w_ref, s_ref in mats], (load_acts(c) if prefetch >= 2 else None)
+
+  def reduce_step(c, accs, loaded):
+    mat_tiles, acts = loaded
+    if acts is None:
+      acts = load_acts(c)
     out = []
-    for (w_ref, s_ref), acc_rows in zip(mats, accs):
-      words, scale = tiles(w_ref, s_ref, c)
+    for (words, scale), acc_rows in zip(mat_tiles, accs):
       planes = nibble_planes(words, magic)
       new_rows = []
       for acc, act in zip(acc_rows, acts):
@@ -103,7 +118,16 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
     return tuple(out)
 
   zeros = jnp.zeros(cols.shape[:-1] + (cols.shape[-1] // wpg,), jnp.float32)
-  accs = lax.fori_loop(0, num_chunks, body, tuple(tuple(zeros for _ in act_rows) for _ in mats))
+  accs = tuple(tuple(zeros for _ in act_rows) for _ in mats)
+  if prefetch:
+    def pipelined(c, carry):
+      accs, loaded = carry
+      upcoming = load(c + 1)                       # issued before step c's arithmetic waits on its own loads
+      return reduce_step(c, accs, loaded), upcoming
+    accs, last = lax.fori_loop(0, num_chunks - 1, pipelined, (accs, load(0)))
+    accs = reduce_step(num_chunks - 1, accs, last)
+  else:
+    accs = lax.fori_loop(0, num_chunks, lambda c, accs: reduce_step(c, accs, load(c)), accs)
   if nc:
     return [[jnp.sum(jnp.sum(acc, axis=2), axis=0) for acc in acc_rows] for acc_rows in accs]
   return [[jnp.sum(acc, axis=1) for acc in acc_rows] for acc_rows in accs]
@@ -112,9 +136,11 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
 def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_local):
   """The run of visiting positions i, i+1, ... (< count, at most rows_per_run) whose pairs share the expert
   of position i. Returns (pairs: R i32 scalars, in_run: R bool scalars (False also when that expert is not
-  local), local expert e, run length >= 1)."""
-  last = order_ref.shape[0] - 1
-  pairs = [order_ref[jnp.minimum(i + r, last)] for r in range(rows_per_run)]
+  local), local expert e, run length >= 1). order_ref None: position i is pair i (token order)."""
+  last = ids_ref.shape[0] - 1
+  pairs = [jnp.minimum(i + r, last) for r in range(rows_per_run)]
+  if order_ref is not None:
+    pairs = [order_ref[p] for p in pairs]
   e = ids_ref[pairs[0]] - expert_offset
   length = jnp.int32(1)
   run_ok = True
@@ -125,20 +151,27 @@ def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_lo
   return pairs, [local & (r < length) for r in range(rows_per_run)], e, length
 
 
-def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, *,
-                    top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype, pair_splits):
+def _gate_up_kernel(*refs, in_token_order, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
+                    pair_splits, prefetch):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
+  refs: consts, count, order, ids, xp, gw, gs, uw, us, hp; without count and order when in_token_order (every
+  pair is visited, position i is pair i: no order array, so no XLA kernel to make one).
   consts: [2] i32 (expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each position;
   ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
   xp: f32 [N, 8 * D/8] planes, pre-scaled;
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
   pairs unwritten).
   """
+  if in_token_order:
+    consts_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
+    count, order_ref = ids_ref.shape[0], None
+  else:
+    consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
+    count = count_ref[0]
   n0 = pl.program_id(0) * block_n
   chunks = xp_ref.shape[1] // block_k
-  count = count_ref[0]
   cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
   h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
 
@@ -150,7 +183,7 @@ def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, g
     def _():
       g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
                                   [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
-                                  block_k=block_k, group_size=group_size)                 # R x [BN] each
+                                  block_k=block_k, group_size=group_size, prefetch=prefetch)  # R x [BN] each
       for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
         h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
         h = h.astype(jnp.float32) * plane_scale(cols)                    # the float32 planes carry the 2**-e
@@ -161,7 +194,7 @@ def _gate_up_kernel(consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, g
 
 
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                       block_k, group_size, pair_splits):
+                       block_k, group_size, pair_splits, prefetch):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
   for tokens t = s, s + S, ..., summed in registers and written once per token (no zero-fill, no atomics).
 
@@ -177,7 +210,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
       def add_pair():
         ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1],
-                             block_n=block_n, block_k=block_k, group_size=group_size)    # [BN]
+                             block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch)  # [BN]
         return acc + wts_ref[p] * y
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
@@ -189,7 +222,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
-                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits):
+                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch):
   """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
   atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
   del out0_ref
@@ -205,7 +238,7 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
     @pl.when(in_run[0])
     def _():
       (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
-                             block_n=block_n, block_k=block_k, group_size=group_size)    # R x [BN]
+                             block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch)
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
       for p, ok, y in zip(pairs, in_run, y_rows):
@@ -213,6 +246,10 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
     return i + (length if pair_splits == 1 else pair_splits)
 
   lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
+
+
+# How far the gemv's K loop loads ahead (_tile_gemv's prefetch) unless a call says otherwise.
+DEFAULT_PREFETCH = 0
 
 
 def default_gemv_blocks(num_tokens):
@@ -240,11 +277,11 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
-                                             "interpret"))
+                                             "prefetch", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
-                             rows_per_run=None, pair_splits=None, interpret=False):
+                             rows_per_run=None, pair_splits=None, prefetch=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -257,6 +294,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   expert share a dequantised tile. Defaults by token count (default_gemv_blocks). Returns [N, D] in x.dtype.
   pair_splits S: a second grid axis; program (j, s) visits positions s, s + S, ... (gate/up) and tokens s,
   s + S, ... (down), so that a few pairs still make S times the programs (needs rows_per_run 1).
+  prefetch: 0, 1 or 2 (_tile_gemv: how far the K loop loads ahead); default DEFAULT_PREFETCH.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -279,6 +317,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if pair_splits < 1 or (pair_splits > 1 and rows_per_run != 1):
     raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and above 1 only with "
                      f"rows_per_run 1 (got rows_per_run {rows_per_run})")
+  prefetch = DEFAULT_PREFETCH if prefetch is None else prefetch
+  if prefetch not in (0, 1, 2):
+    raise ValueError(f"routed_experts_int4_gemv: prefetch {prefetch!r} must be 0, 1 or 2")
   if up_packed.shape != gate_packed.shape:
     raise ValueError(f"routed_experts_int4_gemv: up_packed {tuple(up_packed.shape)} and gate_packed "
                      f"{tuple(gate_packed.shape)} must have one shape (one layout)")
@@ -290,26 +331,28 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   wts = expert_weights.reshape(p).astype(jnp.float32)
   off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
   consts = jnp.concatenate([off, jnp.full((1,), MAGIC, jnp.int32)])
-  if sort_pairs or pair_splits > 1:
+  in_token_order = not sort_pairs and pair_splits == 1
+  visits = ()                                    # in token order the kernel visits pair i at position i
+  if not in_token_order:
     # The local pairs first (by expert when sort_pairs, else in token order): striding over them spreads
     # them evenly over the pair_splits programs.
     local = ids - off[0]
     is_local = (local >= 0) & (local < e)
     order = jnp.argsort(jnp.where(is_local, local if sort_pairs else 0, e), stable=True).astype(jnp.int32)
     count = jnp.sum(is_local.astype(jnp.int32)).reshape(1)
-  else:
-    order = jnp.arange(p, dtype=jnp.int32)
-    count = jnp.full((1,), p, jnp.int32)
+    visits = (count, order)
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
-  common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits)
+  common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits,
+                prefetch=prefetch)
   xp = activation_planes(x).reshape(n, d)                                 # f32 planes, pre-scaled
 
   hp = pl.pallas_call(
-      functools.partial(_gate_up_kernel, block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype, **common),
+      functools.partial(_gate_up_kernel, in_token_order=in_token_order, block_n=block_n, rows_per_run=rows_per_run,
+                        h_dtype=x.dtype, **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
-  )(consts, count, order, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
+  )(consts, *visits, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
 
   if not sort_pairs:
     return pl.pallas_call(
@@ -324,5 +367,5 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
       out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
       input_output_aliases={8: 0},
       compiler_params=params, interpret=interpret, name="moe_int4_down_gemv_sorted",
-  )(consts, count, order, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
+  )(consts, *visits, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
   return out.astype(x.dtype)

@@ -44,11 +44,13 @@ def _marker(name):
   return jax.jit(pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32), name=name))
 
 
-def programs(mla_shapes, moe_tokens):
-  """[(label, fn, args)] for the shapes asked for."""
+def programs(mla_shapes, moe_tokens, gemv_kwargs=()):
+  """[(label, fn, args)] for the shapes asked for; gemv_kwargs: for each dict also pallas_gemv's kernels with
+  those options at each MoE token count (k-chunked experts)."""
   import kernels as kb
   import mla_decode_parts
   from custom_calls.moe_int4 import KERNEL_K_CHUNK, experts_to_k_chunks, routed_experts_int4
+  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
   out = []
   for (b, t, h, s) in mla_shapes:
     args = kb.mla_inputs(b * 1000 + t * 10 + h + s, b, t, h, s)
@@ -63,11 +65,14 @@ def programs(mla_shapes, moe_tokens):
       tokens = kb.moe_inputs(m + 1, m, e, d, inter)[:3]
       out.append((f"moe {m} tokens k-chunked", fn, tokens + tuple(chunked)))
       out.append((f"moe {m} tokens stored", fn, tokens + tuple(stored)))
+      for kw in gemv_kwargs:
+        gemv = functools.partial(routed_experts_int4_gemv, expert_offset=0, **kw)
+        out.append((f"moe {m} tokens gemv {json.dumps(kw, sort_keys=True)}", gemv, tokens + tuple(chunked)))
   return out
 
 
-def drive(mla_shapes, moe_tokens, programs_json):
-  progs = programs(mla_shapes, moe_tokens)
+def drive(mla_shapes, moe_tokens, programs_json, gemv_kwargs=()):
+  progs = programs(mla_shapes, moe_tokens, gemv_kwargs)
   labels = []
   for i, (label, fn, args) in enumerate(progs):
     f = jax.jit(fn)
@@ -138,6 +143,8 @@ def main(argv=None):
   d = sub.add_parser("drive")
   d.add_argument("--mla", default="", help="B,T,H,ctx;...")
   d.add_argument("--moe", default="", help="token counts, e.g. 1,2,4,8")
+  d.add_argument("--gemv_kwargs", default="[]",
+                 help='JSON list of pallas_gemv option dicts, e.g. \'[{"prefetch": 1}]\' (each at every --moe count)')
   d.add_argument("--programs", default=os.path.join(os.environ.get("OUT", "/tmp"), "ncu_programs.json"))
   t = sub.add_parser("table")
   t.add_argument("report")
@@ -146,7 +153,7 @@ def main(argv=None):
   if a.cmd == "drive":
     shapes = [tuple(int(v) for v in s.split(",")) for s in a.mla.split(";") if s]
     tokens = [int(v) for v in a.moe.split(",") if v]
-    drive(shapes, tokens, a.programs)
+    drive(shapes, tokens, a.programs, json.loads(a.gemv_kwargs))
   else:
     table(a.report, a.programs)
 

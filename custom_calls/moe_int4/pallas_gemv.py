@@ -248,21 +248,22 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
   lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
 
 
-# How far the gemv's K loop loads ahead (_tile_gemv's prefetch) unless a call says otherwise.
-DEFAULT_PREFETCH = 0
-
 
 def default_gemv_blocks(num_tokens):
-  """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs, rows_per_run, pair_splits) for
-  the K2.6 shard (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512 gate/up tiles).
+  """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs, rows_per_run, pair_splits,
+  prefetch) for the K2.6 shard (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512
+  gate/up tiles).
   Above GEMV_MAX_TOKENS the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms,
   grouped 0.61)."""
   if num_tokens <= 8:
     # H200, sixth round (queued samples): 8 warps with the pairs split num_tokens ways, against 8 warps
     # unsplit: 2 tokens 0.039 vs 0.043 ms, 4 tokens 0.070 vs 0.085, 8 tokens 0.124 vs 0.157
     # (1 token, fifth round: 8 warps 0.033 ms, 4 warps 0.041, block_n 8 0.055).
-    return 4, 8, 1024, 8, 2, False, 1, num_tokens
-  return 4, 8, 1024, 4, 2, True, 2, 1
+    # prefetch (twelfth round, call 1, k-chunked, one run): 1 token 0.023 ms with 1 against 0.026 with 0 (2: 0.027,
+    # 80 registers, so fewer programs resident); 2 / 4 / 8 tokens 0.040 / 0.072 / 0.124 with 1 against
+    # 0.039 / 0.068 / 0.119 with 0, so only one token loads ahead.
+    return 4, 8, 1024, 8, 2, False, 1, num_tokens, 1 if num_tokens == 1 else 0
+  return 4, 8, 1024, 4, 2, True, 2, 1, 0
 
 
 def supported(x, gate_packed, down_packed, group_size, block_k=1024):
@@ -294,12 +295,12 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   expert share a dequantised tile. Defaults by token count (default_gemv_blocks). Returns [N, D] in x.dtype.
   pair_splits S: a second grid axis; program (j, s) visits positions s, s + S, ... (gate/up) and tokens s,
   s + S, ... (down), so that a few pairs still make S times the programs (needs rows_per_run 1).
-  prefetch: 0, 1 or 2 (_tile_gemv: how far the K loop loads ahead); default DEFAULT_PREFETCH.
+  prefetch: 0, 1 or 2 (_tile_gemv: how far the K loop loads ahead).
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
   e, inter, _ = logical_shape(gate_packed)
-  dbn, dbnd, dbk, dnw, dns, dsort, drun, dsplits = default_gemv_blocks(n)
+  dbn, dbnd, dbk, dnw, dns, dsort, drun, dsplits, dprefetch = default_gemv_blocks(n)
   block_n, block_n_down = block_n or dbn, block_n_down or dbnd
   block_k = min(block_k or dbk, d, inter)
   num_warps, num_stages = num_warps or dnw, num_stages or dns
@@ -317,7 +318,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if pair_splits < 1 or (pair_splits > 1 and rows_per_run != 1):
     raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and above 1 only with "
                      f"rows_per_run 1 (got rows_per_run {rows_per_run})")
-  prefetch = DEFAULT_PREFETCH if prefetch is None else prefetch
+  prefetch = dprefetch if prefetch is None else prefetch
   if prefetch not in (0, 1, 2):
     raise ValueError(f"routed_experts_int4_gemv: prefetch {prefetch!r} must be 0, 1 or 2")
   if up_packed.shape != gate_packed.shape:

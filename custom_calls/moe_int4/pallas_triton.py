@@ -10,9 +10,10 @@ the activations in the matching planes layout of nibbles.py): for bf16 activatio
 nibbles.py's float32 planes (5.2).
 
 Pipeline (one call):
-  1. routing (XLA, tiny; `route`): the (token, k) pairs that hit a local expert are sorted by expert; every
-     expert's rows are padded to a multiple of `block_m`, so that each row block belongs to one expert
-     ("align block size"). Pairs routed to other devices, and experts without tokens, cost nothing.
+  1. routing (tiny; `route` in XLA, or route_kernel.py's one launch up to ROUTE_KERNEL_MAX_PAIRS pairs): the
+     (token, k) pairs that hit a local expert are sorted by expert; every expert's rows are padded to a multiple
+     of `block_m`, so that each row block belongs to one expert ("align block size"). Pairs routed to other
+     devices, and experts without tokens, cost nothing.
   2. `_gate_up_kernel`, grid (row block, I tile): h = silu(x Wg^T) * (x Wu^T) for the block's rows,
      gate and up fused (one program reads the matching gate and up tiles). x rows are gathered in the
      kernel from the token ids; h is written in the padded sorted order.
@@ -38,6 +39,8 @@ from custom_calls.moe_int4.bf16_planes import dequant_group_planes_bf16
 from custom_calls.moe_int4.k_chunks import (check_block_k, check_scales, chunk_inputs, load_scale_tile, load_word_tile,
                                             logical_shape)
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
+from custom_calls.moe_int4.route_kernel import MAX_PAIRS as ROUTE_KERNEL_MAX_PAIRS
+from custom_calls.moe_int4.route_kernel import padded_pairs, route_pallas
 
 _MAGIC_OFFSET = 8388608.0 + 8.0           # (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23 (nibbles.MAGIC)
 
@@ -197,7 +200,7 @@ def route(expert_ids, num_local, expert_offset, block_m, by_rank=None):
   """
   n, k = expert_ids.shape
   p = n * k
-  p_pad = pl.cdiv(p + min(num_local, p) * (block_m - 1), block_m) * block_m
+  p_pad = padded_pairs(p, num_local, block_m)
   if by_rank is None:
     by_rank = p <= RANK_ROUTE_MAX_PAIRS
   local = expert_ids.astype(jnp.int32) - expert_offset
@@ -291,12 +294,13 @@ def supported(x, gate_packed, down_packed, group_size):
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_m", "block_n", "block_k", "num_warps",
                                              "num_stages", "block_n_down", "block_k_down", "num_warps_down",
-                                             "num_stages_down", "planar", "exact_bf16", "interpret"))
+                                             "num_stages_down", "planar", "exact_bf16", "route_in_kernel",
+                                             "interpret"))
 def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                down_packed, down_scale, expert_offset=0, *, group_size=32, block_m=None,
                                block_n=None, block_k=None, num_warps=None, num_stages=None, block_n_down=None,
                                block_k_down=None, num_warps_down=None, num_stages_down=None, planar=None,
-                               exact_bf16=None, interpret=False):
+                               exact_bf16=None, route_in_kernel=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -309,6 +313,8 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   of K = block_k/8 per chunk, one per nibble position, activations gathered with stride 8); planar=False:
   unpack to [BN, BK/8, 8] and reshape to [BN, BK].
   exact_bf16 (None: planar and bf16 x): planar planes from bf16_planes.py (bf16x2 PTX) instead of nibbles.py.
+  route_in_kernel (None: up to ROUTE_KERNEL_MAX_PAIRS pairs): route in one launch (route_kernel.py) instead of
+  XLA's route (about ten small kernels); the same result.
   """
   n, d = x.shape
   e, inter, _ = logical_shape(gate_packed)
@@ -349,7 +355,15 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
     raise ValueError(f"routed_experts_int4_pallas: exact_bf16 needs planar=True and bf16 x, got planar={planar}, "
                      f"x {x.dtype}")
 
-  row_token, pos, is_local, block_valid, block_expert = route(expert_ids, e, expert_offset, block_m)
+  if route_in_kernel is None:
+    route_in_kernel = expert_ids.size <= ROUTE_KERNEL_MAX_PAIRS
+  if route_in_kernel:
+    row_token, pos, block_valid, block_expert = route_pallas(expert_ids, expert_offset, num_local=e,
+                                                             block_m=block_m, interpret=interpret)
+    local = expert_ids.astype(jnp.int32) - expert_offset
+    is_local = (local >= 0) & (local < e)                     # elementwise: fuses into the combine
+  else:
+    row_token, pos, is_local, block_valid, block_expert = route(expert_ids, e, expert_offset, block_m)
   p_pad = row_token.shape[0]
   nb = p_pad // block_m
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)

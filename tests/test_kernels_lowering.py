@@ -55,8 +55,7 @@ MOE_KERNELS = {
 
 @pytest.mark.parametrize("kernel", sorted(MOE_KERNELS))
 def test_moe_kernels_lower_for_h200(kernel):
-  # gate/up and down; the grouped kernels' 32 pairs also route in a kernel (route_kernel.py)
-  assert lower_for_h200(MOE_KERNELS[kernel], *moe_args(4)) == (3 if kernel.startswith("grouped") else 2)
+  assert lower_for_h200(MOE_KERNELS[kernel], *moe_args(4)) == 2          # gate/up and down
 
 
 def k_chunked_moe_args(n, chunk, e=8, d=1024, inter=512, dtype=jnp.bfloat16):
@@ -75,7 +74,7 @@ def test_moe_kernels_on_k_chunks_lower_for_h200(kernel, block_k):
         "gemv_token_order": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=block_k, sort_pairs=False),
         "gemv_pair_splits": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=block_k, pair_splits=4)}[kernel]
   # I = 1024 so that the gemv's K step of 1024 inputs is not clipped to I: 4 chunks per step
-  assert lower_for_h200(fn, *k_chunked_moe_args(4, 256, d=1024, inter=1024)) == (3 if kernel == "grouped_planar" else 2)
+  assert lower_for_h200(fn, *k_chunked_moe_args(4, 256, d=1024, inter=1024)) == 2
 
 
 @pytest.mark.parametrize("b,t,h,s,num_splits,modules", [(1, 1, 8, 4096, None, 2), (1, 17, 8, 1024, 1, 1),

@@ -10,10 +10,9 @@ the activations in the matching planes layout of nibbles.py): for bf16 activatio
 nibbles.py's float32 planes (5.2).
 
 Pipeline (one call):
-  1. routing (tiny; `route` in XLA, or route_kernel.py's one launch up to ROUTE_KERNEL_MAX_PAIRS pairs): the
-     (token, k) pairs that hit a local expert are sorted by expert; every expert's rows are padded to a multiple
-     of `block_m`, so that each row block belongs to one expert ("align block size"). Pairs routed to other
-     devices, and experts without tokens, cost nothing.
+  1. routing (XLA, tiny; `route`): the (token, k) pairs that hit a local expert are sorted by expert; every
+     expert's rows are padded to a multiple of `block_m`, so that each row block belongs to one expert
+     ("align block size"). Pairs routed to other devices, and experts without tokens, cost nothing.
   2. `_gate_up_kernel`, grid (row block, I tile): h = silu(x Wg^T) * (x Wu^T) for the block's rows,
      gate and up fused (one program reads the matching gate and up tiles). x rows are gathered in the
      kernel from the token ids; h is written in the padded sorted order.
@@ -39,8 +38,6 @@ from custom_calls.moe_int4.bf16_planes import dequant_group_planes_bf16
 from custom_calls.moe_int4.k_chunks import (check_block_k, check_scales, chunk_inputs, load_scale_tile, load_word_tile,
                                             logical_shape)
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
-from custom_calls.moe_int4.route_kernel import MAX_PAIRS as ROUTE_KERNEL_MAX_PAIRS
-from custom_calls.moe_int4.route_kernel import padded_pairs, route_pallas
 
 _MAGIC_OFFSET = 8388608.0 + 8.0           # (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23 (nibbles.MAGIC)
 
@@ -200,7 +197,7 @@ def route(expert_ids, num_local, expert_offset, block_m, by_rank=None):
   """
   n, k = expert_ids.shape
   p = n * k
-  p_pad = padded_pairs(p, num_local, block_m)
+  p_pad = pl.cdiv(p + min(num_local, p) * (block_m - 1), block_m) * block_m
   if by_rank is None:
     by_rank = p <= RANK_ROUTE_MAX_PAIRS
   local = expert_ids.astype(jnp.int32) - expert_offset
@@ -241,10 +238,10 @@ def route(expert_ids, num_local, expert_offset, block_m, by_rank=None):
 
 
 def default_blocks(num_tokens, num_local, k_chunk=None):
-  """(block_m, block_n, block_k, num_warps, num_stages, planar), the fastest of the H200 sweeps at the K2.6
-  shard (48 experts, D 7168, I 2048), assuming about one local (token, expert) pair per token (top-8 of 384
+  """(block_m, block_n, block_k, num_warps, num_stages, planar, block_n_down), the fastest of the H200 sweeps at
+  the K2.6 shard (48 experts, D 7168, I 2048), assuming about one local (token, expert) pair per token (top-8 of 384
   experts over 8 devices). k_chunk: the inputs per chunk of k-chunked expert arrays (see
-  _default_blocks_k_chunks), None for the stored layout.
+  _default_blocks_k_chunks), None for the stored layout. block_n_down None: the down kernel's tiles are block_n wide.
   Stored layout, milliseconds (benchmarks/RESULTS.md, issue 6 fifth round; bf16 planes):
     8 tokens: bn32 0.152-0.155, bn64 0.148-0.171     16: bn32 0.246, bn64 0.255
     32: bn64 0.311, bn32 0.388                         64: bn64 0.422-0.440, bn128 0.476-0.481
@@ -258,12 +255,12 @@ def default_blocks(num_tokens, num_local, k_chunk=None):
   if k_chunk:
     return _default_blocks_k_chunks(num_tokens, k_chunk)
   if num_tokens <= 8:
-    return 16, 32, 256, 4, 3, True
+    return 16, 32, 256, 4, 3, True, None
   if num_tokens <= 512:
-    return 16, 128, 256, 4, 3, True
+    return 16, 128, 256, 4, 3, True, None
   if num_tokens <= 1024:
-    return 32, 64, 256, 4, 3, True
-  return 64, 128, 128, 4, 3, True
+    return 32, 64, 256, 4, 3, True, None
+  return 64, 128, 128, 4, 3, True, None
 
 
 def _default_blocks_k_chunks(num_tokens, k_chunk):
@@ -274,13 +271,18 @@ def _default_blocks_k_chunks(num_tokens, k_chunk):
     32: bn128 0.219-0.222 (0.277)                              64: bn128 0.318-0.327 (0.403)
     128: bn128 0.393-0.405 (0.422-0.435)                       512: bn128 0.439-0.451 (0.463-0.469)
     1024: bm32 bn128 0.582 (0.665)                             4096: bm32 bn128 1.800 (2.818)
+  Twelfth round (calls 3 and 4, two runs): gate/up tiles of 32 with down tiles of 64 up to 12 tokens (twice or
+  four times the gate/up programs of bn64 / bn128 at a few row blocks):
+    8 tokens: bn32/64 0.105 / 0.105 against bn64 0.111 / 0.111-0.123   12: 0.125 against bn128 0.132-0.142
+    6: 0.098-0.099 (the gemv 0.094, dispatched)                        16: 0.156 against bn128 0.140, so bn128
+    bn16 was 2-3x slower everywhere.
   """
   bk = 256 if k_chunk % 256 == 0 else 128          # a divisor of the chunk (supported() asks for multiples of 128)
-  if num_tokens <= 8:
-    return 16, 64, bk, 4, 3, True
+  if num_tokens <= 12:
+    return 16, 32, bk, 4, 3, True, 64
   if num_tokens <= 512:
-    return 16, 128, bk, 4, 3, True
-  return 32, 128, bk, 4, 3, True
+    return 16, 128, bk, 4, 3, True, None
+  return 32, 128, bk, 4, 3, True, None
 
 
 def supported(x, gate_packed, down_packed, group_size):
@@ -294,13 +296,12 @@ def supported(x, gate_packed, down_packed, group_size):
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_m", "block_n", "block_k", "num_warps",
                                              "num_stages", "block_n_down", "block_k_down", "num_warps_down",
-                                             "num_stages_down", "planar", "exact_bf16", "route_in_kernel",
-                                             "interpret"))
+                                             "num_stages_down", "planar", "exact_bf16", "interpret"))
 def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                down_packed, down_scale, expert_offset=0, *, group_size=32, block_m=None,
                                block_n=None, block_k=None, num_warps=None, num_stages=None, block_n_down=None,
                                block_k_down=None, num_warps_down=None, num_stages_down=None, planar=None,
-                               exact_bf16=None, route_in_kernel=None, interpret=False):
+                               exact_bf16=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -308,13 +309,12 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   down_packed: int32 [E, D, I/8]; down_scale: [E, D, I/g]. expert_offset may be traced (shard_map).
   Words and scales may instead be k-chunked (k_chunks.py; then block_k and block_k_down must divide the chunk).
   Returns [N, D] in x.dtype. Block sizes default by rows per expert (default_blocks); the *_down ones (the
-  down kernel's) default to the gate/up kernel's.
+  down kernel's) default to the gate/up kernel's, except block_n_down, which follows default_blocks unless block_n
+  is given.
   planar (None: by default_blocks, or False when block_k is given) = True: dequantise without reshapes (8 dots
   of K = block_k/8 per chunk, one per nibble position, activations gathered with stride 8); planar=False:
   unpack to [BN, BK/8, 8] and reshape to [BN, BK].
   exact_bf16 (None: planar and bf16 x): planar planes from bf16_planes.py (bf16x2 PTX) instead of nibbles.py.
-  route_in_kernel (None: up to ROUTE_KERNEL_MAX_PAIRS pairs): route in one launch (route_kernel.py) instead of
-  XLA's route (about ten small kernels); the same result.
   """
   n, d = x.shape
   e, inter, _ = logical_shape(gate_packed)
@@ -325,16 +325,17 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
     raise ValueError(f"routed_experts_int4_pallas: down packed {down_packed.shape}, expected {(e, d, inter // 8)} "
                      "or its k-chunked form")
   check_scales("routed_experts_int4_pallas", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
-  dbm, dbn, dbk, dnw, dns, dplanar = default_blocks(n, e, chunk_inputs(gate_packed))
+  dbm, dbn, dbk, dnw, dns, dplanar, dbn_down = default_blocks(n, e, chunk_inputs(gate_packed))
   if planar is None:
     planar = dplanar if block_k is None else False
   block_m = block_m or dbm
+  down_follows_block_n = block_n is not None       # an explicit block_n also sizes the down tiles (unless given)
   block_n = block_n or dbn
   block_k = block_k or dbk
   num_warps = num_warps or dnw
   num_stages = num_stages or dns
   block_k = min(block_k, d)
-  block_n_down = block_n_down or block_n
+  block_n_down = block_n_down or (None if down_follows_block_n else dbn_down) or block_n
   block_k_down = min(block_k_down or block_k, inter)
   num_warps_down, num_stages_down = num_warps_down or num_warps, num_stages_down or num_stages
   check_block_k("routed_experts_int4_pallas (gate/up)", gate_packed, block_k)
@@ -355,15 +356,7 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
     raise ValueError(f"routed_experts_int4_pallas: exact_bf16 needs planar=True and bf16 x, got planar={planar}, "
                      f"x {x.dtype}")
 
-  if route_in_kernel is None:
-    route_in_kernel = expert_ids.size <= ROUTE_KERNEL_MAX_PAIRS
-  if route_in_kernel:
-    row_token, pos, block_valid, block_expert = route_pallas(expert_ids, expert_offset, num_local=e,
-                                                             block_m=block_m, interpret=interpret)
-    local = expert_ids.astype(jnp.int32) - expert_offset
-    is_local = (local >= 0) & (local < e)                     # elementwise: fuses into the combine
-  else:
-    row_token, pos, is_local, block_valid, block_expert = route(expert_ids, e, expert_offset, block_m)
+  row_token, pos, is_local, block_valid, block_expert = route(expert_ids, e, expert_offset, block_m)
   p_pad = row_token.shape[0]
   nb = p_pad // block_m
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)

@@ -9,12 +9,16 @@ reduction included. This says which kernels a program launches and how long each
      run can be told apart in the report (from the compilation's and the inputs' kernels too).
        ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
            --log-file $OUT/ncu.csv python3 benchmarks/ncu_programs.py drive --mla "1,1,64,32768" --moe 1,8
+     Sections beyond that one metric (--section ...) make ncu replay each kernel ~18 times, saving and restoring
+     the device memory in use (the MoE programs hold ~2.5 GB of experts) around every pass: tens of seconds per kernel.
+     Narrow them with -k regex:NAME and -c COUNT (issue 6 twelfth round, call 2: a 200-s limit ran out after 3).
   2. table (anywhere): the last run of each program, kernel by kernel.
        python3 benchmarks/ncu_programs.py table $OUT/ncu.csv --programs $OUT/ncu_programs.json
 
 Programs: for each MLA shape B,T,H,ctx those of benchmarks/mla_decode_parts.py (the dispatch, the dispatch with
 the XLA combine, the Triton kernel both ways); for each MoE token count the dispatch on k-chunked experts (what
-the engine runs on a GPU) and on the stored layout, at K2.6's per-GPU expert shard.
+the engine runs on a GPU) and on the stored layout, at K2.6's per-GPU expert shard; with --gemv_kwargs also
+pallas_gemv's kernels with the given options (k-chunked experts) at each token count.
 """
 from __future__ import annotations
 

@@ -10,9 +10,10 @@ no visible key in it, whose o_s is 0). The result is
 the weighted sum, the denominator and the divide). `combine_splits_pallas` is one Pallas Triton kernel that does
 the same: each program loads the log-sum-exps of all splits for its rows, then streams the partial outputs of
 its tile. A short decode (batch 1, <= 32K keys) takes 20-35 us of which only 3-13 us are the cache's bytes,
-and the XLA combine was 5 of its 7 kernels. H200 (benchmarks/RESULTS.md, issue 6 eleventh round): the dispatch
-with this kernel is 2-4 us faster at 8K and below and for 8 heads at 32K, the same at 128K; alone, on 128 splits
-of 64 x 512 bf16 partials, the kernel streams them at only ~1 TB/s (13.8 us against XLA's 7.3).
+and the XLA combine was 5 of its 7 kernels. H200 (benchmarks/RESULTS.md, issue 6 eleventh and twelfth
+rounds): the dispatch with this kernel is 1.6-3 us faster at 32K in every run, the same at 128K, and at 8K faster
+in three runs but 4 us slower in one; alone, on 128 splits of 64 x 512 bf16 partials, it takes ~1.4 us past the
+timing harness against ~3.6 for XLA's kernels.
 
 Shapes: o_part [B, NS, M, R] (any float dtype), lse [B, NS, M] f32 -> [B, num_rows, R] (num_rows <= M: the
 Mosaic kernel's row padding is dropped without another copy).

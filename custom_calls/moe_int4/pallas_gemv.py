@@ -259,9 +259,9 @@ def default_gemv_blocks(num_tokens):
     # H200, sixth round (queued samples): 8 warps with the pairs split num_tokens ways, against 8 warps
     # unsplit: 2 tokens 0.039 vs 0.043 ms, 4 tokens 0.070 vs 0.085, 8 tokens 0.124 vs 0.157
     # (1 token, fifth round: 8 warps 0.033 ms, 4 warps 0.041, block_n 8 0.055).
-    # prefetch (twelfth round, call 1, k-chunked, one run): 1 token 0.023 ms with 1 against 0.026 with 0 (2: 0.027,
-    # 80 registers, so fewer programs resident); 2 / 4 / 8 tokens 0.040 / 0.072 / 0.124 with 1 against
-    # 0.039 / 0.068 / 0.119 with 0, so only one token loads ahead.
+    # prefetch (twelfth round, k-chunked): 1 token 0.0232 / 0.0233 ms with 1 against 0.0265 / 0.0241 with 0
+    # (calls 1 / 3; 2: 0.027, 80 registers, so fewer programs resident); 2 / 4 / 8 tokens (call 1)
+    # 0.040 / 0.072 / 0.124 with 1 against 0.039 / 0.068 / 0.119 with 0, so only one token loads ahead.
     return 4, 8, 1024, 8, 2, False, 1, num_tokens, 1 if num_tokens == 1 else 0
   return 4, 8, 1024, 4, 2, True, 2, 1, 0
 

@@ -136,7 +136,8 @@ def main(argv=None):
       rows_, cols, per_step, warps = blocks
       fn = functools.partial(split_combine.combine_splits_pallas, out_dtype=jnp.bfloat16, interpret=interp,
                              block_rows=rows_, block_cols=cols, splits_per_step=per_step, num_warps=warps)
-      row["times_s"]["combine_pallas_" + "_".join(map(str, blocks))] = timeit(lambda l, o, fn=fn: fn(o, l), lse_first)
+      row["times_s"]["combine_pallas_" + "_".join(map(str, blocks))] = timeit(lambda l, o, fn=fn: fn(o, l),
+                                                                              lse_first)
     rows.append(row)
     kb.log(f"mla B={b} T={t} H={h} ctx={s}: " + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in row["times_s"].items()))
   doc = dict(date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), device=jax.devices()[0].device_kind,

@@ -10,7 +10,8 @@ reduction included. This says which kernels a program launches and how long each
        ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --print-units base \
            --log-file $OUT/ncu.csv python3 benchmarks/ncu_programs.py drive --mla "1,1,64,32768" --moe 1,8
      Sections beyond that one metric (--section ...) make ncu replay each kernel ~18 times, saving and restoring
-     the device memory in use (the MoE programs hold ~2.5 GB of experts) around every pass: tens of seconds per kernel.
+     the device memory in use (the MoE programs hold ~2.5 GB of experts) around every pass: tens of seconds a
+     kernel.
      Narrow them with -k regex:NAME and -c COUNT (issue 6 twelfth round, call 2: a 200-s limit ran out after 3).
   2. table (anywhere): the last run of each program, kernel by kernel.
        python3 benchmarks/ncu_programs.py table $OUT/ncu.csv --programs $OUT/ncu_programs.json

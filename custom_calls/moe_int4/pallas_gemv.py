@@ -248,7 +248,6 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
   lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
 
 
-
 def default_gemv_blocks(num_tokens):
   """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs, rows_per_run, pair_splits,
   prefetch) for the K2.6 shard (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512

@@ -14,6 +14,6 @@ def test_smoke(tmp_path):
   doc = json.load(open(out))
   assert doc["smoke"] and doc["rows"] == rows and len(rows) == 1
   times = rows[0]["times_s"]
-  assert set(times) == {"harness", "dispatch", "kernel", "mask", "combine_xla", "combine_pallas"}
+  assert set(times) == {"harness", "dispatch", "kernel", "mask", "combine_harness", "combine_xla", "combine_pallas"}
   assert all(v > 0 for v in times.values())
   assert rows[0]["mosaic_splits"] >= 1

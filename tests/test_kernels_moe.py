@@ -10,7 +10,7 @@ import pytest
 
 from custom_calls.moe_int4 import repack, routed_experts_int4
 from custom_calls.moe_int4.layout import quantize_int4
-from custom_calls.moe_int4.pallas_triton import route, routed_experts_int4_pallas
+from custom_calls.moe_int4.pallas_triton import default_blocks, down_tile_width, route, routed_experts_int4_pallas
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
 
 
@@ -66,6 +66,18 @@ def test_tokens_without_local_expert_and_traced_offset():
   ref = reference_f32(x, ids, w, experts, offset)
   assert rel_err(out, ref) < 1e-5
   np.testing.assert_array_equal(np.asarray(out[0]), 0.0)
+
+
+def test_down_tile_width_follows_defaults_and_explicit_tiles():
+  """k-chunked experts at a few tokens: gate/up tiles of 32 and down tiles of 64 by default; an explicit block_n
+  sizes both (the kernels' contract); an explicit block_n_down wins; elsewhere the down tiles are block_n wide."""
+  def resolve(tokens, k_chunk, block_n=None, block_n_down=None):
+    blocks = default_blocks(tokens, 48, k_chunk)
+    return down_tile_width(block_n_down, block_n, blocks[6], blocks[1])
+  assert default_blocks(8, 48, 256)[1] == 32 and resolve(8, 256) == 64
+  assert resolve(12, 256) == 64 and resolve(13, 256) == default_blocks(13, 48, 256)[1] == 128
+  assert resolve(8, 256, block_n=128) == 128 and resolve(8, 256, block_n=128, block_n_down=16) == 16
+  assert resolve(8, None) == default_blocks(8, 48)[1] == 32                     # stored layout: one width
 
 
 def test_route_padding():

@@ -285,6 +285,12 @@ def _default_blocks_k_chunks(num_tokens, k_chunk):
   return 32, 128, bk, 4, 3, True, None
 
 
+def down_tile_width(block_n_down, block_n, default_down, default_n):
+  """The down kernel's output columns per program: block_n_down if given; else block_n if the caller gave it (an
+  explicit gate/up tile sizes both); else default_blocks' block_n_down, or its block_n where that is None."""
+  return block_n_down or block_n or default_down or default_n
+
+
 def supported(x, gate_packed, down_packed, group_size):
   e, inter, d8 = logical_shape(gate_packed)
   d = d8 * 8
@@ -329,13 +335,12 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   if planar is None:
     planar = dplanar if block_k is None else False
   block_m = block_m or dbm
-  down_follows_block_n = block_n is not None       # an explicit block_n also sizes the down tiles (unless given)
+  block_n_down = down_tile_width(block_n_down, block_n, dbn_down, dbn)
   block_n = block_n or dbn
   block_k = block_k or dbk
   num_warps = num_warps or dnw
   num_stages = num_stages or dns
   block_k = min(block_k, d)
-  block_n_down = block_n_down or (None if down_follows_block_n else dbn_down) or block_n
   block_k_down = min(block_k_down or block_k, inter)
   num_warps_down, num_stages_down = num_warps_down or num_warps, num_stages_down or num_stages
   check_block_k("routed_experts_int4_pallas (gate/up)", gate_packed, block_k)

@@ -274,8 +274,9 @@ def _default_blocks_k_chunks(num_tokens, k_chunk):
   Twelfth round (calls 3 and 4, two runs): gate/up tiles of 32 with down tiles of 64 up to 12 tokens (twice or
   four times the gate/up programs of bn64 / bn128 at a few row blocks):
     8 tokens: bn32/64 0.105 / 0.105 against bn64 0.111 / 0.111-0.123   12: 0.125 against bn128 0.132-0.142
-    6: 0.098-0.099 (the gemv 0.094, dispatched)                        16: 0.156 against bn128 0.140, so bn128
-    bn16 was 2-3x slower everywhere.
+    6: 0.098-0.099 (the gemv 0.094, dispatched)                        16: 0.156 against bn128 0.140
+  so bn128 from 13 tokens. At 12 tokens bn64 (both kernels) was 3-5 us faster in calls 3 and 5 (within the runs'
+  spread); bn16 was 2-3x slower everywhere.
   """
   bk = 256 if k_chunk % 256 == 0 else 128          # a divisor of the chunk (supported() asks for multiples of 128)
   if num_tokens <= 12:

@@ -46,10 +46,15 @@ def experts_to_k_chunks(experts, chunk, *, group_size=32):
   return sum((to_k_chunks(experts[i], experts[i + 1], chunk, group_size=group_size) for i in (0, 2, 4)), ())
 
 
+# The scale group sizes the GPU kernels take (pallas_triton.py, pallas_gemv.py): the words of one group adjacent,
+# a group no wider than a 128-input tile.
+KERNEL_GROUP_SIZES = (8, 16, 32, 64, 128)
+
+
 def kernel_chunk_fits(hidden, inter, group_size, chunk):
   """Whether experts of hidden size D, intermediate size I and this group size can be k-chunked by `chunk` for the
   GPU kernels: D and I multiples of the chunk, a kernel group size (8-128) that divides it."""
-  return group_size in (8, 16, 32, 64, 128) and chunk % group_size == 0 and hidden % chunk == 0 and inter % chunk == 0
+  return group_size in KERNEL_GROUP_SIZES and chunk % group_size == 0 and hidden % chunk == 0 and inter % chunk == 0
 
 
 def from_k_chunks(packed, scale):

@@ -38,8 +38,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from custom_calls.moe_int4.k_chunks import (block_k_fits, check_block_k, check_scales, load_scale_tile, load_word_tile,
-                                            logical_shape)
+from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
+                                            load_scale_tile, load_word_tile, logical_shape)
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 
@@ -269,7 +269,7 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
   e, inter, d8 = logical_shape(gate_packed)
   d = d8 * 8
   bk = min(block_k, d, inter)
-  return (x.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and group_size in (8, 16, 32, 64, 128)
+  return (x.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and group_size in KERNEL_GROUP_SIZES
           and bk >= 128 and d % bk == 0 and inter % bk == 0 and inter % 64 == 0 and d % 64 == 0
           and logical_shape(down_packed) == (e, d, inter // 8)
           and all(block_k_fits(p, bk, multiples=True) for p in (gate_packed, down_packed)))

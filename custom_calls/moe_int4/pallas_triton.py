@@ -35,8 +35,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dot_accumulate import dot_accumulate
 from custom_calls.moe_int4.bf16_planes import dequant_group_planes_bf16
-from custom_calls.moe_int4.k_chunks import (check_block_k, check_scales, chunk_inputs, load_scale_tile, load_word_tile,
-                                            logical_shape)
+from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, check_block_k, check_scales, chunk_inputs,
+                                            load_scale_tile, load_word_tile, logical_shape)
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 
 _MAGIC_OFFSET = 8388608.0 + 8.0           # (MAGIC | n) as f32 == 2**23 + n for 0 <= n < 2**23 (nibbles.MAGIC)
@@ -297,7 +297,7 @@ def supported(x, gate_packed, down_packed, group_size):
   d = d8 * 8
   # k-chunked arrays: the default K step (_default_blocks_k_chunks: 256 or 128 inputs) must divide the chunks
   chunks_ok = all(c is None or c % 128 == 0 for c in (chunk_inputs(gate_packed), chunk_inputs(down_packed)))
-  return (x.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and group_size in (8, 16, 32, 64, 128)
+  return (x.dtype in (jnp.bfloat16, jnp.float16, jnp.float32) and group_size in KERNEL_GROUP_SIZES
           and d % 256 == 0 and inter % 128 == 0 and logical_shape(down_packed) == (e, d, inter // 8) and chunks_ok)
 
 

@@ -12,6 +12,7 @@ import pytest
 from custom_calls.mla_attention import mla_attention, mla_attention_reference
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.random_inputs import ancestor_masks
+from tests.kernel_checks import rel_err
 
 SCALE = 0.14468
 
@@ -30,13 +31,6 @@ def make_inputs(seed, b, t, h, s, r, p, dtype, cache_len=None):
   cache_len = jnp.asarray(cache_len, jnp.int32)
   mask = jnp.asarray(ancestor_masks(rng, b, t))
   return q_lat, q_pe, ckv, kpe, cache_len, mask
-
-
-def rel_err(out, ref):
-  out = np.asarray(out, np.float64)
-  ref = np.asarray(ref, np.float64)
-  assert np.all(np.isfinite(out)), "non-finite values in the kernel output"
-  return np.linalg.norm(out - ref) / np.linalg.norm(ref)
 
 
 def reference_f32(args):

@@ -27,6 +27,7 @@ from custom_calls.mla_attention.reference import mla_attention_reference, visibi
 from custom_calls.random_inputs import ancestor_masks
 from ddtree_jax.model.mla import MLA
 from ddtree_jax.model.rope import rope_cos_sin, yarn_inv_freq
+from tests.kernel_checks import rel_err
 
 SCALE = 0.0417  # about 1/sqrt(576)
 R, P = 512, 64
@@ -50,13 +51,6 @@ def reference_f32(args):
   q_lat, q_pe, ckv, kpe, cache_len, mask = args
   f = lambda a: a.astype(jnp.float32)
   return mla_attention_reference(f(q_lat), f(q_pe), f(ckv), f(kpe), cache_len, mask, scale=SCALE)
-
-
-def rel_err(out, ref):
-  out = np.asarray(out.astype(jnp.float32), np.float64)
-  ref = np.asarray(ref, np.float64)
-  assert np.all(np.isfinite(out)), "non-finite values in the kernel output"
-  return np.linalg.norm(out - ref) / np.linalg.norm(ref)
 
 
 def run_interpret(args, **opts):

@@ -12,6 +12,7 @@ from custom_calls.moe_int4 import repack, routed_experts_int4
 from custom_calls.moe_int4.layout import quantize_int4
 from custom_calls.moe_int4.pallas_triton import default_blocks, down_tile_width, route, routed_experts_int4_pallas
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
+from tests.kernel_checks import rel_err
 
 
 def make_inputs(seed, n, k, e_total, e_local, d, inter, dtype, ids=None):
@@ -25,13 +26,6 @@ def make_inputs(seed, n, k, e_total, e_local, d, inter, dtype, ids=None):
     experts += quantize_int4(rng.standard_normal(shape) * 0.05)
   experts = repack(*map(jnp.asarray, experts))
   return x, jnp.asarray(ids, jnp.int32), jnp.asarray(w), experts
-
-
-def rel_err(out, ref):
-  out = np.asarray(out, np.float64)
-  ref = np.asarray(ref, np.float64)
-  assert np.all(np.isfinite(out)), "non-finite values in the kernel output"
-  return np.linalg.norm(out - ref) / np.linalg.norm(ref)
 
 
 def reference_f32(x, ids, w, experts, offset):

@@ -9,6 +9,7 @@ import pytest
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.mla_attention.split_combine import (MAX_SPLITS, combine_partials, combine_splits,
                                                       combine_splits_pallas, default_blocks)
+from tests.kernel_checks import rel_err
 
 
 def partials(seed, b, ns, m, r, dtype):
@@ -21,13 +22,6 @@ def partials(seed, b, ns, m, r, dtype):
   lse = lse.at[:, :, 0].set(-jnp.inf)
   o_part = o_part.at[:, :, 0].set(0)                               # an empty split's output is 0
   return o_part, lse
-
-
-def rel_err(out, ref):
-  out = np.asarray(out.astype(jnp.float32), np.float64)
-  ref = np.asarray(ref, np.float64)
-  assert np.all(np.isfinite(out))
-  return np.linalg.norm(out - ref) / np.linalg.norm(ref)
 
 
 CASES = [

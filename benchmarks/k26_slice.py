@@ -335,6 +335,32 @@ def measure_ceilings(smoke: bool):
 
 # ---- the run ----------------------------------------------------------------------------------------
 
+def make_caches(d: SliceDims, ctx: int, max_t: int, n_layers: int):
+  """One (ckv [1, S, R], kpe [1, S, P]) bf16 pair per layer, random (never zero), S = ctx + max_t rounded up to a
+  multiple of 128 like the engine's cache (the Mosaic kernel's need)."""
+  cap = -(-(ctx + max_t) // 128) * 128
+  k = jax.random.key(ctx)
+  normal = lambda i, width: (0.5 * jax.random.normal(jax.random.fold_in(k, i), (1, cap, width), jnp.float32)
+                             ).astype(jnp.bfloat16)
+  return tuple((normal(2 * i, d.kv_lora), normal(2 * i + 1, d.rope)) for i in range(n_layers))
+
+
+def step_inputs(d: SliceDims, rng: np.random.Generator, ctx: int, t: int):
+  """(x [1, T, D] bf16, positions [1, T], cache_len [1], mask [1, T, T]) of an AR step (T = 1) or of a random
+  tree of T tokens over `ctx` committed ones."""
+  mask_np, depth = (np.ones((1, 1, 1), bool), np.zeros(1, np.int32)) if t == 1 else random_tree_mask(rng, t)
+  positions = jnp.asarray((ctx + depth)[None], jnp.int32)
+  x = _normal(jax.random.key(t), (1, t, d.hidden), std=1.0)
+  return x, positions, jnp.asarray([ctx], jnp.int32), jnp.asarray(mask_np)
+
+
+def forward_program(d: SliceDims, impl: str, inv_freq, rope_mult):
+  """jit of slice_forward(params, caches, x, positions, cache_len, mask, ids), the caches donated."""
+  return jax.jit(lambda p, c, x, pos, cl, m, ids: slice_forward(p, c, x, pos, cl, m, ids, d=d, impl=impl,
+                                                                  inv_freq=inv_freq, rope_mult=rope_mult),
+                 donate_argnums=(1,))
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (for the test)")
@@ -380,8 +406,7 @@ def main(argv=None):
   params_by_impl = {"pallas": kernel_params, "xla": params}
   jax.block_until_ready(params_by_impl)
   init_s = time.perf_counter() - t0
-  inv_freq, mult = yarn_inv_freq(d.rope, d.rope_theta, _yarn(d))
-  inv_freq = jnp.asarray(inv_freq, jnp.float32)
+  inv_freq, mult = rope_tables(d)
   rng = np.random.default_rng(0)
   n_layers = 1 + args.moe_layers
   max_t = max(budgets) + 1
@@ -404,23 +429,12 @@ def main(argv=None):
       skipped.append(dict(impl=impl, context=ctx, T=t))
       continue
     if ctx not in caches_by_ctx:
-      cap = -(-(ctx + max_t) // 128) * 128     # a multiple of 128 like the engine's cache (the Mosaic kernel's need)
-      k = jax.random.key(ctx)
       caches_by_ctx.clear()   # one context's buffers alive at a time
-      caches_by_ctx[ctx] = tuple(
-          ((0.5 * jax.random.normal(jax.random.fold_in(k, 2 * i), (1, cap, d.kv_lora), jnp.float32)).astype(jnp.bfloat16),
-           (0.5 * jax.random.normal(jax.random.fold_in(k, 2 * i + 1), (1, cap, d.rope), jnp.float32)).astype(jnp.bfloat16))
-          for i in range(n_layers))
+      caches_by_ctx[ctx] = make_caches(d, ctx, max_t, n_layers)
     caches = caches_by_ctx[ctx]
     n = t - 1
-    mask_np, depth = (np.ones((1, 1, 1), bool), np.zeros(1, np.int32)) if t == 1 else random_tree_mask(rng, t)
-    mask = jnp.asarray(mask_np)
-    positions = jnp.asarray((ctx + depth)[None], jnp.int32)
-    cache_len = jnp.asarray([ctx], jnp.int32)
-    x = _normal(jax.random.key(t), (1, t, d.hidden), std=1.0)
-    fn = jax.jit(lambda p, c, x, pos, cl, m, ids: slice_forward(p, c, x, pos, cl, m, ids, d=d, impl=impl,
-                                                                  inv_freq=inv_freq, rope_mult=mult),
-                 donate_argnums=(1,))
+    x, positions, cache_len, mask = step_inputs(d, rng, ctx, t)
+    fn = forward_program(d, impl, inv_freq, mult)
     sd = jax.ShapeDtypeStruct
     mla_kernel = select_kernel(sd((1, t, d.heads, d.kv_lora), jnp.bfloat16), sd((1, t, d.heads, d.rope), jnp.bfloat16),
                                *(sd(c.shape, c.dtype) for c in caches[0]), sd((1,), jnp.int32), sd(mask.shape, bool),
@@ -468,6 +482,12 @@ def main(argv=None):
   print_table(rows, ceil, skipped)
   print(f"wrote {out_path} ({time.perf_counter() - t_start:.0f} s total)")
   return rows
+
+
+def rope_tables(d: SliceDims):
+  """(inv_freq f32 [rope/2], mscale) of K2.6's YaRN rope."""
+  inv_freq, mult = yarn_inv_freq(d.rope, d.rope_theta, _yarn(d))
+  return jnp.asarray(inv_freq, jnp.float32), mult
 
 
 def _yarn(d: SliceDims):

@@ -19,7 +19,9 @@ reduction included. This says which kernels a program launches and how long each
 Programs: for each MLA shape B,T,H,ctx those of benchmarks/mla_decode_parts.py (the dispatch, the dispatch with
 the XLA combine, the Triton kernel both ways); for each MoE token count the dispatch on k-chunked experts (what
 the engine runs on a GPU) and on the stored layout, at K2.6's per-GPU expert shard; with --gemv_kwargs also
-pallas_gemv's kernels with the given options (k-chunked experts) at each token count.
+pallas_gemv's kernels with the given options (k-chunked experts) at each token count; for each --slice ctx,T a
+forward of the K2.6 one-GPU slice (benchmarks/k26_slice.py: every kernel of a layer, attention projections to
+lm_head).
 """
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ import gzip
 import functools
 import json
 import os
+import statistics
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -76,18 +80,62 @@ def programs(mla_shapes, moe_tokens, gemv_kwargs=()):
   return out
 
 
-def drive(mla_shapes, moe_tokens, programs_json, gemv_kwargs=()):
-  progs = programs(mla_shapes, moe_tokens, gemv_kwargs)
+def slice_programs(specs, moe_layers, hlo_dir=None, smoke=False):
+  """[(label, call)] for each (ctx, T) of specs: one forward of benchmarks/k26_slice.py's K2.6 one-GPU slice
+  (1 dense + moe_layers MoE layers + the lm_head shard) on the kernel path, random routing, the caches donated
+  and carried from call to call as the engine does. With hlo_dir, each program's optimized HLO is written there
+  (hlo_slice_<ctx>_<T>.txt: the fusion names are the kernel names ncu reports). smoke: the slice's tiny dims
+(the CPU test)."""
+  import numpy as np
+  import k26_slice as ks
+  d = ks.SMOKE if smoke else ks.H200
+  params, _ = ks.kernel_layout_params(ks.init_params(jax.random.key(0), d, moe_layers), d)
+  inv_freq, mult = ks.rope_tables(d)
+  out = []
+  for ctx, t in specs:
+    rng = np.random.default_rng(ctx + t)
+    state = {"caches": ks.make_caches(d, ctx, t, 1 + moe_layers)}
+    x, positions, cache_len, mask = ks.step_inputs(d, rng, ctx, t)
+    ids_np = np.stack([ks.routing(rng, t, d, "random") for _ in range(moe_layers)])
+    ids = jnp.asarray(ids_np)
+    fn = ks.forward_program(d, "pallas", inv_freq, mult)
+    if hlo_dir:
+      text = fn.lower(params, state["caches"], x, positions, cache_len, mask, ids).compile().as_text()
+      with open(os.path.join(hlo_dir, f"hlo_slice_{ctx}_{t}.txt"), "w") as fh:
+        fh.write(text)
+
+    def call(fn=fn, state=state, args=(x, positions, cache_len, mask, ids)):
+      tokens, state["caches"] = fn(params, state["caches"], *args)
+      return tokens
+    local = [len(set(row[row < d.experts].tolist())) for row in ids_np.reshape(moe_layers, -1)]
+    out.append((f"slice ctx {ctx} T {t} ({1 + moe_layers} layers, local experts {local})", call))
+  return out
+
+
+def drive(mla_shapes, moe_tokens, programs_json, gemv_kwargs=(), slices=(), slice_moe_layers=1, hlo_dir=None,
+          time_reps=0):
+  """Run every program RUNS times between markers. time_reps > 0 (a run outside ncu): also print the median of
+  that many blocking calls of each program, ms."""
+  progs = [(label, functools.partial(jax.jit(fn), *args))
+           for label, fn, args in programs(mla_shapes, moe_tokens, gemv_kwargs)]
+  progs += slice_programs(slices, slice_moe_layers, hlo_dir) if slices else []
   labels = []
-  for i, (label, fn, args) in enumerate(progs):
-    f = jax.jit(fn)
-    jax.block_until_ready(f(*args))                                 # compile (and autotune) outside the marks
+  for i, (label, call) in enumerate(progs):
+    jax.block_until_ready(call())                                   # compile (and autotune) outside the marks
     x = jnp.zeros((16,), jnp.float32) + i
     for r in range(RUNS):
       jax.block_until_ready(_marker(f"{MARK}{i}_{r}")(x))
-      jax.block_until_ready(f(*args))
+      jax.block_until_ready(call())
       jax.block_until_ready(_marker(f"{MARK}end")(x))
     labels.append(label)
+    if time_reps:
+      times = []
+      for _ in range(time_reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(call())
+        times.append(time.perf_counter() - t0)
+      print(f"ncu_programs: {label}: median of {time_reps} blocking calls {statistics.median(times) * 1e3:.3f} ms",
+            flush=True)
     print(f"ncu_programs: {label} done", flush=True)
   with open(programs_json, "w") as fh:
     json.dump(labels, fh, indent=1)
@@ -150,6 +198,10 @@ def main(argv=None):
   d.add_argument("--moe", default="", help="token counts, e.g. 1,2,4,8")
   d.add_argument("--gemv_kwargs", default="[]",
                  help='JSON list of pallas_gemv option dicts, e.g. \'[{"prefetch": 1}]\' (each at every --moe count)')
+  d.add_argument("--slice", default="", help="ctx,T;... : forwards of the K2.6 one-GPU slice (k26_slice.py)")
+  d.add_argument("--slice_moe_layers", type=int, default=1, help="MoE layers of the slice (after its dense layer)")
+  d.add_argument("--hlo_dir", default=None, help="write the slice programs' optimized HLO here")
+  d.add_argument("--time_reps", type=int, default=0, help="also time each program (outside ncu), median of N")
   d.add_argument("--programs", default=os.path.join(os.environ.get("OUT", "/tmp"), "ncu_programs.json"))
   t = sub.add_parser("table")
   t.add_argument("report")
@@ -158,7 +210,8 @@ def main(argv=None):
   if a.cmd == "drive":
     shapes = [tuple(int(v) for v in s.split(",")) for s in a.mla.split(";") if s]
     tokens = [int(v) for v in a.moe.split(",") if v]
-    drive(shapes, tokens, a.programs, json.loads(a.gemv_kwargs))
+    slices = [tuple(int(v) for v in s.split(",")) for s in a.slice.split(";") if s]
+    drive(shapes, tokens, a.programs, json.loads(a.gemv_kwargs), slices, a.slice_moe_layers, a.hlo_dir, a.time_reps)
   else:
     table(a.report, a.programs)
 

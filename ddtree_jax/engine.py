@@ -1,7 +1,8 @@
 """The generation engine: prefill, the round loop, stopping, batching, streaming and statistics.
 
-Every round is one compiled XLA program (`spec/step.py`) over a donated `GenerationState`. The host
-only reads the `done` flags (and, when streaming, the new tokens) between rounds.
+Every round is one compiled XLA program (`spec/step.py`) over a donated `GenerationState`; it also returns a
+`RoundReport` (copies of the done flags and the output) for the host. The host enqueues round k + 1 before it
+reads round k's report (`Engine.run_ahead`), so the device is not left waiting on the host between rounds.
 """
 from __future__ import annotations
 
@@ -29,10 +30,25 @@ STOP_SLOTS = 8   # stop-id slots per request (more stop ids round up to a multip
 _COMPILED: dict = {}
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class RoundReport:
+  """What the host reads after a round, as arrays of their own (copies): the round's state is donated to the
+  next round, which the host enqueues before it reads this."""
+  done: jax.Array               # [B] bool
+  out_len: jax.Array            # [B] int32
+  out: jax.Array                # [B, W] int32
+
+  @classmethod
+  def of(cls, state):
+    """From a GenerationState (or a tree of the same structure, e.g. its shardings)."""
+    return cls(done=state.done, out_len=state.out_len, out=state.out)
+
+
 def _jit(kind: str, spec, t_graph, d_graph, out_shardings=None):
   """jax.jit of one prefill chunk, the prefill's end or one round over (target params, drafter params,
-  donated state, ...). out_shardings: the state's shardings on a mesh (the output state is laid out as
-  the input)."""
+  donated state, ...); a round returns (state, RoundReport). out_shardings: the state's shardings on a mesh
+  (the output state is laid out as the input)."""
   jit_kw = {} if out_shardings is None else {"out_shardings": out_shardings}
   from ddtree_jax.spec import prefill, step
 
@@ -55,8 +71,12 @@ def _jit(kind: str, spec, t_graph, d_graph, out_shardings=None):
   def one_round(t_params, d_params, state):
     target, drafter = models(t_params, d_params)
     if spec.mode == "ar":
-      return step.ar_round(target, state, spec)
-    return step.speculative_round(target, drafter, state, spec)
+      state = step.ar_round(target, state, spec)
+    else:
+      state = step.speculative_round(target, drafter, state, spec)
+    return state, RoundReport.of(state)
+  if out_shardings is not None:
+    jit_kw["out_shardings"] = (out_shardings, RoundReport.of(out_shardings))
   return jax.jit(one_round, donate_argnums=(2,), **jit_kw)
 
 
@@ -77,6 +97,24 @@ class GenerationResult:
             "generated_tokens": len(self.token_ids), "stop_reason": self.stop_reason}
 
 
+# The distinct (target graphdef, drafter graphdef) pairs of the Engines made so far; a pair's index stands for it in
+# the keys of _COMPILED (equal graphdefs, equal index).
+_GRAPHS: list = []
+
+
+def _graphs_id(t_graph, d_graph) -> int:
+  for i, (t, d) in enumerate(_GRAPHS):
+    if t == t_graph and d == d_graph:
+      return i
+  _GRAPHS.append((t_graph, d_graph))
+  return len(_GRAPHS) - 1
+
+
+def _signature(tree) -> tuple:
+  """(shape, dtype, sharding) of every leaf: what a compiled program's arguments must match."""
+  return tuple((a.shape, a.dtype, getattr(a, "sharding", None)) for a in jax.tree_util.tree_leaves(tree))
+
+
 def _host(x) -> np.ndarray:
   """A (possibly multi-process, batch-sharded) array as a full host numpy array."""
   if getattr(x, "is_fully_addressable", True) or x.sharding.is_fully_replicated:
@@ -94,6 +132,10 @@ class Engine:
 
   target: DeepseekV3 module; drafter: DFlashDrafter module or None (then only mode "ar").
   """
+  # Enqueue each round before reading the previous one's report (_rounds_run_ahead). False: read every round
+  # before the next is enqueued (the behaviour before; kept to measure the difference). --budget=auto always
+  # reads every round, because its next program depends on it.
+  run_ahead: bool = True
 
   def __init__(self, target, target_cfg: ModelConfig, drafter=None, drafter_cfg: Optional[DFlashConfig] = None,
                *, cache_dtype=None, mesh=None, prefill_chunk: Optional[int] = DEFAULT_PREFILL_CHUNK,
@@ -127,14 +169,19 @@ class Engine:
       if drafter is not None:
         self._d_params = sharding.shard_module_state(self._d_params, sharding.drafter_rule(mesh, drafter_cfg))
     self.cache_dtype = cache_dtype or target.dtype
+    # What the compiled programs' key needs of the models, worked out once: hashing the graphdefs and
+    # flattening the nnx parameter states took ~15 ms per program lookup on the H200's host (issue 6, 13th round).
+    self._graphs_id = _graphs_id(self._t_graph, self._d_graph)
+    self._params_signature = _signature((self._t_params, self._d_params))
 
   # ---- the compiled pieces --------------------------------------------------------------------
   def _compiled_fn(self, kind, spec, *args):
-    """The compiled prefill chunk, prefill end or round. Programs are shared by every Engine whose models
-    have the same structure (graphdef), so new weights of the same shapes do not recompile."""
-    leaves = jax.tree_util.tree_leaves(args)
-    key = (kind, spec, self._t_graph, self._d_graph,
-           tuple((a.shape, a.dtype, getattr(a, "sharding", None)) for a in leaves))
+    """The compiled prefill chunk, prefill end or round over (target params, drafter params, state, ...).
+    Programs are shared by every Engine whose models have the same structure (graphdef), so new weights of the
+    same shapes do not recompile."""
+    params = self._params_signature if args[0] is self._t_params and args[1] is self._d_params else \
+        _signature(args[:2])
+    key = (kind, spec, self._graphs_id, params, _signature(args[2:]))
     if key not in _COMPILED:
       out = jax.tree_util.tree_map(lambda a: a.sharding, args[2]) if self.mesh is not None else None
       _COMPILED[key] = _jit(kind, spec, self._t_graph, self._d_graph, out).lower(*args).compile()
@@ -277,13 +324,13 @@ class Engine:
     state = finish(self._t_params, self._d_params, state, prompt_len)
     seen = np.zeros(b, np.int64)
     if stream is not None:
-      seen = self._stream(state, seen, stream)
-    while not _host(state.done).all():
-      if auto is not None:
-        step = steps[auto.pick(state)]
-      state = step(self._t_params, self._d_params, state)
-      if stream is not None:
-        seen = self._stream(state, seen, stream)
+      seen = self._stream(RoundReport.of(state), seen, stream)
+    if auto is not None:
+      state = self._rounds_one_at_a_time(state, steps, auto, stream, seen)
+    elif self.run_ahead:
+      state = self._rounds_run_ahead(state, step, stream, seen)
+    else:
+      state = self._rounds_one_at_a_time(state, {None: step}, None, stream, seen)
     jax.block_until_ready(state.out)
     elapsed = time.perf_counter() - t0
     if auto is not None:
@@ -291,9 +338,38 @@ class Engine:
       self.last_auto = auto.summary()
     return self._results(state, prompts, elapsed, stops), state
 
+  def _rounds_one_at_a_time(self, state, steps, auto, stream, seen):
+    """Each round is read back (its done flags) before the next is enqueued. Needed by --budget=auto, whose
+    choice of the next round's program reads this round's state ({budget: compiled round} in steps; with no
+    auto the one program is steps[None])."""
+    while not _host(state.done).all():
+      step = steps[auto.pick(state)] if auto is not None else steps[None]
+      state, report = step(self._t_params, self._d_params, state)
+      if stream is not None:
+        seen = self._stream(report, seen, stream)
+    return state
+
+  def _rounds_run_ahead(self, state, step, stream, seen):
+    """Round k + 1 is enqueued before the host reads round k's report, so the device runs the rounds back to
+    back instead of waiting, each round, for the host's read-back and its dispatch of the next program. When
+    round k's report says every sequence is done, round k + 1 ran on a finished state, which changes nothing the
+    results read (out, out_len, rounds and per_round only change for sequences not done); its state is kept as
+    the final one (round k's was donated to it)."""
+    if _host(state.done).all():
+      return state
+    state, report = step(self._t_params, self._d_params, state)
+    while True:
+      following, following_report = step(self._t_params, self._d_params, state)   # queued behind round k
+      if stream is not None:
+        seen = self._stream(report, seen, stream)
+      if _host(report.done).all():
+        return following
+      state, report = following, following_report
+
   @staticmethod
-  def _stream(state, seen, stream):
-    out, out_len = _host(state.out), _host(state.out_len)
+  def _stream(report, seen, stream):
+    """report: a RoundReport (or anything with out and out_len)."""
+    out, out_len = _host(report.out), _host(report.out_len)
     for i in range(len(seen)):
       if out_len[i] > seen[i]:
         stream(i, out[i, seen[i]:out_len[i]].tolist())

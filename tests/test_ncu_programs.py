@@ -42,3 +42,13 @@ def test_last_run_of_each_program(tmp_path, capsys):
   with gzip.open(gz, "wt") as fh:
     fh.write(report(kernels))
   assert ncu_programs.table(str(gz), str(labels)) == runs
+
+
+def test_slice_programs_run_and_carry_the_caches(tmp_path):
+  """The slice programs (tiny dims on the CPU) run twice with their donated caches carried, and write the HLO."""
+  import jax
+  [(label, call)] = ncu_programs.slice_programs([(64, 3)], 1, hlo_dir=str(tmp_path), smoke=True)
+  first, second = call(), call()
+  assert first.shape == second.shape == (1, 3) and "ctx 64 T 3" in label
+  assert jax.numpy.array_equal(first, second)            # same inputs, the cache rewritten at the same place
+  assert "HloModule" in (tmp_path / "hlo_slice_64_3.txt").read_text()

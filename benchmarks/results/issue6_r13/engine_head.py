@@ -1,0 +1,317 @@
+"""The generation engine: prefill, the round loop, stopping, batching, streaming and statistics.
+
+Every round is one compiled XLA program (`spec/step.py`) over a donated `GenerationState`. The host
+only reads the `done` flags (and, when streaming, the new tokens) between rounds.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from ddtree_jax.cache import init_latent_cache
+from ddtree_jax.config import DFlashConfig, ModelConfig
+from ddtree_jax.model.experts import kernel_k_chunk, use_kernel_layout
+from ddtree_jax.sampling import SamplingParams
+from ddtree_jax.spec.prefill import DEFAULT_CHUNK as DEFAULT_PREFILL_CHUNK, check_chunk, chunk_layout
+from ddtree_jax.spec.state import GenerationState
+
+MODES = ("ar", "dflash", "ddtree")
+STOP_SLOTS = 8   # stop-id slots per request (more stop ids round up to a multiple of this)
+
+# Compiled programs keyed by (kind, RoundSpec, graphdefs, argument shapes/dtypes/shardings).
+_COMPILED: dict = {}
+
+
+def _jit(kind: str, spec, t_graph, d_graph, out_shardings=None):
+  """jax.jit of one prefill chunk, the prefill's end or one round over (target params, drafter params,
+  donated state, ...). out_shardings: the state's shardings on a mesh (the output state is laid out as
+  the input)."""
+  jit_kw = {} if out_shardings is None else {"out_shardings": out_shardings}
+  from ddtree_jax.spec import prefill, step
+
+  def models(t_params, d_params):
+    target = nnx.merge(t_graph, t_params)
+    drafter = nnx.merge(d_graph, d_params) if d_graph is not None and spec.mode != "ar" else None
+    return target, drafter
+
+  if kind == "prefill_chunk":
+    def one_chunk(t_params, d_params, state, tokens, start, prompt_len):
+      target, drafter = models(t_params, d_params)
+      return prefill.prefill_chunk(target, drafter, state, tokens, start, prompt_len, spec)
+    return jax.jit(one_chunk, donate_argnums=(2,), **jit_kw)
+  if kind == "prefill_finish":
+    def finish(t_params, d_params, state, prompt_len):
+      del t_params, d_params
+      return prefill.prefill_finish(state, prompt_len)
+    return jax.jit(finish, donate_argnums=(2,), **jit_kw)
+
+  def one_round(t_params, d_params, state):
+    target, drafter = models(t_params, d_params)
+    if spec.mode == "ar":
+      return step.ar_round(target, state, spec)
+    return step.speculative_round(target, drafter, state, spec)
+  return jax.jit(one_round, donate_argnums=(2,), **jit_kw)
+
+
+@dataclasses.dataclass
+class GenerationResult:
+  token_ids: list[int]
+  prompt_tokens: int
+  rounds: int
+  accepted_per_round: list[int]   # tokens emitted by each round (the bonus included)
+  tau: float                      # mean tokens per round
+  tokens_per_s: float
+  stop_reason: str                # "stop_token" | "max_new_tokens"
+  text: Optional[str] = None
+
+  def stats(self) -> dict:
+    return {"rounds": self.rounds, "accepted_per_round": self.accepted_per_round, "tau": self.tau,
+            "tokens_per_s": self.tokens_per_s, "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": len(self.token_ids), "stop_reason": self.stop_reason}
+
+
+def _host(x) -> np.ndarray:
+  """A (possibly multi-process, batch-sharded) array as a full host numpy array."""
+  if getattr(x, "is_fully_addressable", True) or x.sharding.is_fully_replicated:
+    return np.asarray(x)
+  from jax.experimental import multihost_utils
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def _bucket(n: int, step: int) -> int:
+  return max(step, int(math.ceil(n / step)) * step)
+
+
+class Engine:
+  """Runs a target (DeepseekV3) and optionally a DFlash drafter.
+
+  target: DeepseekV3 module; drafter: DFlashDrafter module or None (then only mode "ar").
+  """
+
+  def __init__(self, target, target_cfg: ModelConfig, drafter=None, drafter_cfg: Optional[DFlashConfig] = None,
+               *, cache_dtype=None, mesh=None, prefill_chunk: Optional[int] = DEFAULT_PREFILL_CHUNK,
+               moe_layout: str = "auto"):
+    """mesh: a ("data", "model") jax.sharding.Mesh (ddtree_jax.sharding.make_mesh) to run on; parameters
+    not already placed are moved onto it by the rules of sharding.py. None: one device.
+    prefill_chunk: prompt tokens per prefill forward (spec/prefill.py); 0 or None: the whole prompt at once.
+    moe_layout: the INT4 experts' layout ("auto": k-chunked for the GPU kernels on a GPU backend, else as stored;
+    model/experts.py kernel_k_chunk). Re-laying them changes `target`'s expert arrays in place, once."""
+    self.prefill_chunk = check_chunk(prefill_chunk)
+    if (drafter is None) != (drafter_cfg is None):
+      raise ValueError("Engine: pass both drafter and drafter_cfg, or neither")
+    if drafter_cfg is not None:
+      drafter_cfg.check_against(target_cfg)
+    self.moe_k_chunk = kernel_k_chunk(target_cfg, moe_layout)
+    if self.moe_k_chunk:                                   # after every check: a refused Engine changes nothing
+      use_kernel_layout(target, self.moe_k_chunk)
+    self.target_cfg = target_cfg
+    self.drafter_cfg = drafter_cfg
+    self.mesh = mesh
+    if mesh is not None:
+      from ddtree_jax import sharding
+      sharding.with_mesh(target, mesh)
+    self._t_graph, self._t_params = nnx.split(target)
+    if drafter is not None:
+      self._d_graph, self._d_params = nnx.split(drafter)
+    else:
+      self._d_graph, self._d_params = None, None
+    if mesh is not None:
+      self._t_params = sharding.shard_module_state(self._t_params, sharding.target_rule(mesh, target_cfg))
+      if drafter is not None:
+        self._d_params = sharding.shard_module_state(self._d_params, sharding.drafter_rule(mesh, drafter_cfg))
+    self.cache_dtype = cache_dtype or target.dtype
+
+  # ---- the compiled pieces --------------------------------------------------------------------
+  def _compiled_fn(self, kind, spec, *args):
+    """The compiled prefill chunk, prefill end or round. Programs are shared by every Engine whose models
+    have the same structure (graphdef), so new weights of the same shapes do not recompile."""
+    leaves = jax.tree_util.tree_leaves(args)
+    key = (kind, spec, self._t_graph, self._d_graph,
+           tuple((a.shape, a.dtype, getattr(a, "sharding", None)) for a in leaves))
+    if key not in _COMPILED:
+      out = jax.tree_util.tree_map(lambda a: a.sharding, args[2]) if self.mesh is not None else None
+      _COMPILED[key] = _jit(kind, spec, self._t_graph, self._d_graph, out).lower(*args).compile()
+    return _COMPILED[key]
+
+  def round_spec(self, mode: str, budget: int, sampling: SamplingParams):
+    from ddtree_jax.spec.step import RoundSpec
+    if mode not in MODES:
+      raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "ar":
+      return RoundSpec(mode="ar", sampling=sampling)
+    if self.drafter_cfg is None:
+      raise ValueError(f"mode {mode!r} needs a drafter; this engine has none (use mode 'ar' or pass --drafter_dir)")
+    d = self.drafter_cfg
+    if mode == "dflash":
+      budget, topk = d.block_size - 1, 1
+    else:
+      if budget < 1:
+        raise ValueError(f"budget must be >= 1, got {budget}")
+      topk = min(budget, self.target_cfg.vocab_size)
+    return RoundSpec(mode=mode, budget=budget, topk=topk, block_size=d.block_size, mask_token_id=d.mask_token_id,
+                     feature_layers=tuple(d.target_layer_ids), sampling=sampling)
+
+  def init_state(self, batch: int, capacity: int, out_width: int, max_rounds: int, seed: int,
+                 num_stop_ids: int = STOP_SLOTS) -> GenerationState:
+    build = lambda: self._init_state(batch, capacity, out_width, max_rounds, seed, num_stop_ids)
+    if self.mesh is None:
+      return build()
+    from ddtree_jax import sharding   # allocated in place, shard by shard (no full copy on one device)
+    shardings = sharding.state_shardings(jax.eval_shape(build), self.mesh, self.drafter_cfg)
+    return jax.jit(build, out_shardings=shardings)()
+
+  def _init_state(self, batch, capacity, out_width, max_rounds, seed, num_stop_ids) -> GenerationState:
+    cfg = self.target_cfg
+    cache = init_latent_cache(cfg.num_hidden_layers, batch, capacity, cfg.kv_lora_rank, cfg.qk_rope_head_dim,
+                              self.cache_dtype)
+    dcache = None
+    if self.drafter_cfg is not None:
+      from ddtree_jax.drafter_cache import init_drafter_cache
+      dcache = init_drafter_cache(self.drafter_cfg, batch, capacity, self.cache_dtype)
+    state = GenerationState(
+        cache=cache, drafter_cache=dcache, bonus=jnp.zeros((batch,), jnp.int32), key=jax.random.key(seed),
+        out=jnp.zeros((batch, out_width), jnp.int32), out_len=jnp.zeros((batch,), jnp.int32),
+        max_new=jnp.zeros((batch,), jnp.int32), done=jnp.zeros((batch,), bool),
+        rounds=jnp.zeros((batch,), jnp.int32), per_round=jnp.zeros((batch, max_rounds), jnp.int32),
+        stop_ids=jnp.full((batch, num_stop_ids), -1, jnp.int32))
+    return state
+
+  def _place(self, tree):
+    """On a mesh: a GenerationState by sharding.state_shardings, [B, ...] inputs by batch."""
+    if self.mesh is None:
+      return tree
+    from ddtree_jax import sharding
+    if isinstance(tree, GenerationState):
+      shardings = sharding.state_shardings(tree, self.mesh, self.drafter_cfg)
+      return jax.tree_util.tree_map(sharding.put_global, tree, shardings)
+    spec = (sharding.batch_axis(self.mesh, tree.shape[0]),) + (None,) * (tree.ndim - 1)
+    return sharding.put_global(tree, jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(*spec)))
+
+  # ---- the public entry point -----------------------------------------------------------------
+  def generate(self, prompts: Sequence[Sequence[int]], **kwargs) -> list[GenerationResult]:
+    """Generates for a batch of token-id prompts (different lengths allowed). See `run`."""
+    return self.run(prompts, **kwargs)[0]
+
+  def run(self, prompts: Sequence[Sequence[int]], *, mode: str = "ddtree", budget: int | str = 32,
+          sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 64, seed: int = 0,
+          stop_ids: Optional[Sequence[int]] = None,
+          stream: Optional[Callable[[int, list[int]], None]] = None) -> tuple[list[GenerationResult], GenerationState]:
+    """Generates and also returns the final state (caches included).
+
+    budget: DDTree nodes N, or "auto" (spec/auto_budget.py: the budget that maximises expected tokens/s
+    among precompiled candidates, from the drafter's expected acceptance and measured round costs;
+    `self.auto_options` passes AutoBudget keyword arguments, `self.last_auto` holds the decisions).
+
+    stream(i, new_ids) is called after each round with the tokens request i gained in that round.
+    """
+    cfg = self.target_cfg
+    sampling = sampling.validate()
+    if max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not prompts:
+      raise ValueError("no prompts given")
+    for i, p in enumerate(prompts):
+      if len(p) == 0:
+        raise ValueError(f"prompt {i} is empty")
+      bad = [t for t in p if not 0 <= int(t) < cfg.vocab_size]
+      if bad:
+        raise ValueError(f"prompt {i}: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
+      if len(p) + max_new_tokens > cfg.max_position_embeddings:
+        raise ValueError(f"prompt {i}: {len(p)} prompt tokens + max_new_tokens {max_new_tokens} exceed the "
+                         f"model's window max_position_embeddings={cfg.max_position_embeddings}")
+    stops = tuple(sorted(set(int(s) for s in (cfg.stop_token_ids if stop_ids is None else stop_ids))))
+    auto = None
+    if budget == "auto":
+      from ddtree_jax.spec.auto_budget import AutoBudget
+      opts = dict(getattr(self, "auto_options", None) or {})
+      opts.setdefault("memory", self.__dict__.setdefault("_auto_memory", {}).setdefault(len(prompts), {}))
+      auto = AutoBudget(**opts) if mode == "ddtree" else None
+      budget = auto.max_budget if auto is not None else 1
+    elif not isinstance(budget, int):
+      raise ValueError(f"budget must be an integer >= 1 or 'auto', got {budget!r}")
+    spec = self.round_spec(mode, budget, sampling)
+    if auto is not None:
+      spec = dataclasses.replace(spec, auto_budgets=auto.candidates)
+    block = max(spec.block_size, 1)
+    b = len(prompts)
+    p_max = _bucket(max(len(p) for p in prompts), 16)
+    chunk, n_chunks = chunk_layout(p_max, self.prefill_chunk)   # the last chunk is padded
+    # The cache holds the padded chunks and the longest generation (+ one round's block).
+    capacity = _bucket(max(n_chunks * chunk, p_max + max_new_tokens + spec.budget + block + 1), 128)
+    # Buffers are bucketed so that nearby max_new_tokens values share compiled programs.
+    out_width = _bucket(max_new_tokens, 64) + block
+    num_stops = _bucket(len(stops), STOP_SLOTS)
+    stop_arr = np.full((b, num_stops), -1, np.int32)
+    stop_arr[:, :len(stops)] = stops
+    tokens = np.zeros((b, n_chunks * chunk), np.int32)
+    for i, p in enumerate(prompts):
+      tokens[i, :len(p)] = np.asarray(p, np.int32)
+    from ddtree_jax import plan
+    plan.check_engine(self, batch=b, capacity=capacity, prompt_tokens=p_max, budget=spec.budget,
+                      prefill_chunk=chunk)
+    prompt_len = self._place(np.asarray([len(p) for p in prompts], np.int32))
+    state = self.init_state(b, capacity, out_width, _bucket(max_new_tokens + 1, 64), seed, num_stops)
+    state = self._place(dataclasses.replace(state, max_new=jnp.full((b,), max_new_tokens, jnp.int32),
+                                            stop_ids=jnp.asarray(stop_arr),
+                                            expected=None if auto is None else jnp.zeros((b, len(auto.candidates)))))
+    chunks = [(self._place(tokens[:, i * chunk:(i + 1) * chunk]), self._place(np.full((b,), i * chunk, np.int32)))
+              for i in range(n_chunks)]
+    # Compile every program before the clock starts (the round takes a state of the same shapes).
+    pspec = spec.prefill_spec()
+    prefill = self._compiled_fn("prefill_chunk", pspec, self._t_params, self._d_params, state, *chunks[0], prompt_len)
+    finish = self._compiled_fn("prefill_finish", pspec, self._t_params, self._d_params, state, prompt_len)
+    step = self._compiled_fn("round", spec, self._t_params, self._d_params, state)
+    if auto is not None:   # one program per candidate budget, all compiled before the clock starts
+      steps = {n: self._compiled_fn("round", dataclasses.replace(spec, budget=n, topk=min(n, cfg.vocab_size)),
+                                    self._t_params, self._d_params, state) for n in auto.candidates}
+    t0 = time.perf_counter()
+    for chunk_tokens, start in chunks:
+      state = prefill(self._t_params, self._d_params, state, chunk_tokens, start, prompt_len)
+    state = finish(self._t_params, self._d_params, state, prompt_len)
+    seen = np.zeros(b, np.int64)
+    if stream is not None:
+      seen = self._stream(state, seen, stream)
+    while not _host(state.done).all():
+      if auto is not None:
+        step = steps[auto.pick(state)]
+      state = step(self._t_params, self._d_params, state)
+      if stream is not None:
+        seen = self._stream(state, seen, stream)
+    jax.block_until_ready(state.out)
+    elapsed = time.perf_counter() - t0
+    if auto is not None:
+      auto.finish()
+      self.last_auto = auto.summary()
+    return self._results(state, prompts, elapsed, stops), state
+
+  @staticmethod
+  def _stream(state, seen, stream):
+    out, out_len = _host(state.out), _host(state.out_len)
+    for i in range(len(seen)):
+      if out_len[i] > seen[i]:
+        stream(i, out[i, seen[i]:out_len[i]].tolist())
+    return out_len.astype(np.int64)
+
+  @staticmethod
+  def _results(state, prompts, elapsed, stops):
+    out, out_len = _host(state.out), _host(state.out_len)
+    rounds, per_round = _host(state.rounds), _host(state.per_round)
+    results = []
+    for i, p in enumerate(prompts):
+      ids = out[i, :out_len[i]].tolist()
+      acc = per_round[i, :rounds[i]].tolist()
+      # The first token comes from the prefill, not from a round.
+      tau = (sum(acc) / len(acc)) if acc else 0.0
+      reason = "stop_token" if ids and ids[-1] in stops else "max_new_tokens"
+      results.append(GenerationResult(token_ids=ids, prompt_tokens=len(p), rounds=int(rounds[i]),
+                                      accepted_per_round=acc, tau=tau,
+                                      tokens_per_s=len(ids) / elapsed if elapsed > 0 else 0.0,
+                                      stop_reason=reason))
+    return results

@@ -1,8 +1,7 @@
 """The generation engine: prefill, the round loop, stopping, batching, streaming and statistics.
 
-Every round is one compiled XLA program (`spec/step.py`) over a donated `GenerationState`; it also returns a
-`RoundReport` (copies of the done flags and the output) for the host. The host enqueues round k + 1 before it
-reads round k's report (`Engine.run_ahead`), so the device is not left waiting on the host between rounds.
+Every round is one compiled XLA program (`spec/step.py`) over a donated `GenerationState`. The host
+only reads the `done` flags (and, when streaming, the new tokens) between rounds.
 """
 from __future__ import annotations
 
@@ -30,25 +29,10 @@ STOP_SLOTS = 8   # stop-id slots per request (more stop ids round up to a multip
 _COMPILED: dict = {}
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass
-class RoundReport:
-  """What the host reads after a round, as arrays of their own (copies): the round's state is donated to the
-  next round, which the host enqueues before it reads this."""
-  done: jax.Array               # [B] bool
-  out_len: jax.Array            # [B] int32
-  out: jax.Array                # [B, W] int32
-
-  @classmethod
-  def of(cls, state):
-    """From a GenerationState (or a tree of the same structure, e.g. its shardings)."""
-    return cls(done=state.done, out_len=state.out_len, out=state.out)
-
-
 def _jit(kind: str, spec, t_graph, d_graph, out_shardings=None):
   """jax.jit of one prefill chunk, the prefill's end or one round over (target params, drafter params,
-  donated state, ...); a round returns (state, RoundReport). out_shardings: the state's shardings on a mesh
-  (the output state is laid out as the input)."""
+  donated state, ...). out_shardings: the state's shardings on a mesh (the output state is laid out as
+  the input)."""
   jit_kw = {} if out_shardings is None else {"out_shardings": out_shardings}
   from ddtree_jax.spec import prefill, step
 
@@ -71,12 +55,8 @@ def _jit(kind: str, spec, t_graph, d_graph, out_shardings=None):
   def one_round(t_params, d_params, state):
     target, drafter = models(t_params, d_params)
     if spec.mode == "ar":
-      state = step.ar_round(target, state, spec)
-    else:
-      state = step.speculative_round(target, drafter, state, spec)
-    return state, RoundReport.of(state)
-  if out_shardings is not None:
-    jit_kw["out_shardings"] = (out_shardings, RoundReport.of(out_shardings))
+      return step.ar_round(target, state, spec)
+    return step.speculative_round(target, drafter, state, spec)
   return jax.jit(one_round, donate_argnums=(2,), **jit_kw)
 
 
@@ -132,10 +112,6 @@ class Engine:
 
   target: DeepseekV3 module; drafter: DFlashDrafter module or None (then only mode "ar").
   """
-  # Enqueue each round before reading the previous one's report (_rounds_run_ahead). False: read every round
-  # before the next is enqueued (the behaviour before; kept to measure the difference). --budget=auto always
-  # reads every round, because its next program depends on it.
-  run_ahead: bool = True
 
   def __init__(self, target, target_cfg: ModelConfig, drafter=None, drafter_cfg: Optional[DFlashConfig] = None,
                *, cache_dtype=None, mesh=None, prefill_chunk: Optional[int] = DEFAULT_PREFILL_CHUNK,
@@ -170,7 +146,8 @@ class Engine:
         self._d_params = sharding.shard_module_state(self._d_params, sharding.drafter_rule(mesh, drafter_cfg))
     self.cache_dtype = cache_dtype or target.dtype
     # What the compiled programs' key needs of the models, worked out once: hashing the graphdefs and
-    # flattening the nnx parameter states took ~15 ms per program lookup on the H200's host (issue 6, 13th round).
+    # flattening the nnx parameter states took 2.1 ms per program lookup (three per generate) on the CPU
+    # container with the embedded model, 0.08 ms this way (benchmarks/RESULTS.md, issue 6 thirteenth round).
     self._graphs_id = _graphs_id(self._t_graph, self._d_graph)
     self._params_signature = _signature((self._t_params, self._d_params))
 
@@ -324,13 +301,13 @@ class Engine:
     state = finish(self._t_params, self._d_params, state, prompt_len)
     seen = np.zeros(b, np.int64)
     if stream is not None:
-      seen = self._stream(RoundReport.of(state), seen, stream)
-    if auto is not None:
-      state = self._rounds_one_at_a_time(state, steps, auto, stream, seen)
-    elif self.run_ahead:
-      state = self._rounds_run_ahead(state, step, stream, seen)
-    else:
-      state = self._rounds_one_at_a_time(state, {None: step}, None, stream, seen)
+      seen = self._stream(state, seen, stream)
+    while not _host(state.done).all():
+      if auto is not None:
+        step = steps[auto.pick(state)]
+      state = step(self._t_params, self._d_params, state)
+      if stream is not None:
+        seen = self._stream(state, seen, stream)
     jax.block_until_ready(state.out)
     elapsed = time.perf_counter() - t0
     if auto is not None:
@@ -338,38 +315,9 @@ class Engine:
       self.last_auto = auto.summary()
     return self._results(state, prompts, elapsed, stops), state
 
-  def _rounds_one_at_a_time(self, state, steps, auto, stream, seen):
-    """Each round is read back (its done flags) before the next is enqueued. Needed by --budget=auto, whose
-    choice of the next round's program reads this round's state ({budget: compiled round} in steps; with no
-    auto the one program is steps[None])."""
-    while not _host(state.done).all():
-      step = steps[auto.pick(state)] if auto is not None else steps[None]
-      state, report = step(self._t_params, self._d_params, state)
-      if stream is not None:
-        seen = self._stream(report, seen, stream)
-    return state
-
-  def _rounds_run_ahead(self, state, step, stream, seen):
-    """Round k + 1 is enqueued before the host reads round k's report, so the device runs the rounds back to
-    back instead of waiting, each round, for the host's read-back and its dispatch of the next program. When
-    round k's report says every sequence is done, round k + 1 ran on a finished state, which changes nothing the
-    results read (out, out_len, rounds and per_round only change for sequences not done); its state is kept as
-    the final one (round k's was donated to it)."""
-    if _host(state.done).all():
-      return state
-    state, report = step(self._t_params, self._d_params, state)
-    while True:
-      following, following_report = step(self._t_params, self._d_params, state)   # queued behind round k
-      if stream is not None:
-        seen = self._stream(report, seen, stream)
-      if _host(report.done).all():
-        return following
-      state, report = following, following_report
-
   @staticmethod
-  def _stream(report, seen, stream):
-    """report: a RoundReport (or anything with out and out_len)."""
-    out, out_len = _host(report.out), _host(report.out_len)
+  def _stream(state, seen, stream):
+    out, out_len = _host(state.out), _host(state.out_len)
     for i in range(len(seen)):
       if out_len[i] > seen[i]:
         stream(i, out[i, seen[i]:out_len[i]].tolist())

@@ -109,34 +109,6 @@ def test_cache_after_ddtree_equals_ar_cache(cfgs):
           np.testing.assert_allclose(np.asarray(a[i, :n[i]]), np.asarray(b[i, :n[i]]), atol=2e-5, rtol=1e-4)
 
 
-def test_run_ahead_gives_what_reading_every_round_gives(cfgs):
-  """Engine.run_ahead (round k + 1 enqueued before round k is read, one extra round on a finished batch) changes
-  no token, round count, acceptance, stop reason or streamed piece, with stop tokens and ragged lengths."""
-  cfg, _ = cfgs
-  dflash, oracle = engines(cfgs, 2)
-  prompts = random_prompts(np.random.default_rng(5), cfg, BATCH)
-  stop = dflash.generate(prompts, mode="ar", max_new_tokens=MAX_NEW)[1].token_ids[4]
-
-  def run(eng, run_ahead, mode):
-    eng.run_ahead = run_ahead
-    pieces = [[] for _ in prompts]
-    res = eng.generate(prompts, mode=mode, budget=DDTREE_BUDGETS[-1], max_new_tokens=MAX_NEW, stop_ids=[stop],
-                       stream=lambda i, ids: pieces[i].append(ids))
-    return [(r.token_ids, r.rounds, r.accepted_per_round, r.stop_reason) for r in res], pieces
-
-  try:
-    for eng in (dflash, oracle):
-      for mode in ("ar", "ddtree"):
-        ahead = run(eng, True, mode)
-        assert ahead == run(eng, False, mode), mode
-        eng.run_ahead = True                            # and without a stream (no per-round read of the output)
-        quiet = eng.generate(prompts, mode=mode, budget=DDTREE_BUDGETS[-1], max_new_tokens=MAX_NEW, stop_ids=[stop])
-        assert [(r.token_ids, r.rounds, r.accepted_per_round, r.stop_reason) for r in quiet] == ahead[0], mode
-        assert any(r[3] == "stop_token" for r in ahead[0]) and len({len(r[0]) for r in ahead[0]}) > 1
-  finally:
-    dflash.run_ahead = oracle.run_ahead = Engine.run_ahead
-
-
 def test_compiled_round_has_no_host_transfer(cfgs):
   cfg, dcfg = cfgs
   dflash, _ = engines(cfgs, 0)

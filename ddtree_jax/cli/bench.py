@@ -35,8 +35,6 @@ flags.DEFINE_integer("max_new_tokens", 128, "tokens per prompt")
 flags.DEFINE_integer("seed", 0, "sampling seed")
 flags.DEFINE_string("dtype", "bfloat16", "bfloat16 or float32")
 flags.DEFINE_float("time_budget_s", 0, "stop starting new runs after this many seconds (0 = no limit)")
-flags.DEFINE_bool("run_ahead", True, "enqueue each round before reading the previous one (Engine.run_ahead); "
-                  "--norun_ahead reads every round before the next is enqueued")
 flags.DEFINE_string("output_json", None, "write the results here")
 flags.DEFINE_string("plot", None, "write a PNG (tau and tokens/s vs budget, accepted-length histogram)")
 
@@ -202,7 +200,6 @@ def main(argv):
     texts = load_prompt_texts(FLAGS.prompts, tok, FLAGS.num_prompts)
     prompts = [tok.encode(t) for t in texts]
     engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk, moe_layout=FLAGS.moe_layout)
-    engine.run_ahead = FLAGS.run_ahead
   except (UsageError, ValueError) as e:
     print(f"ddtree-bench: error: {e}", file=sys.stderr)
     return 2
@@ -211,7 +208,6 @@ def main(argv):
   deadline = time.perf_counter() + FLAGS.time_budget_s if FLAGS.time_budget_s else None
   meta = {"model": label, "backend": jax.default_backend(), "device": jax.devices()[0].device_kind,
           "prompts": len(prompts), "max_new_tokens": FLAGS.max_new_tokens, "dtype": FLAGS.dtype,
-          "run_ahead": FLAGS.run_ahead,
           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
   records = []
 

@@ -1,0 +1,96 @@
+"""Wall time per round of the engine on the embedded default model, and where the host spends it.
+
+Each mode:budget generates every prompt at batch 1, once to compile, then --reps times; reports tokens/s (prefill
+included, program lookup excluded, as Engine.run times it) and wall time per round (median over the reps). With
+--trace_dir, one more generation of the first prompt runs under jax.profiler and its XSpace is copied to
+<trace_dir>/<mode>_<budget>.xplane.pb: `xplane_timeline.py FILE --plane /host:CPU` lists the host's events by
+total time (the compiled call, argument parsing, XLA's command-buffer update and graph launch), and without
+--plane the device's kernels.
+
+  PYTHONPATH=. python3 benchmarks/engine_rounds.py --out $OUT/engine_rounds.json --trace_dir $OUT/trace
+(GPU; it runs on the CPU too.) Issue 6's thirteenth round ran this script under its former name, run_ahead.py
+(commit a36dcf0), which also compared the Engine's run-ahead experiment of that commit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import xplane_timeline  # noqa: E402
+from ddtree_jax.engine import Engine  # noqa: E402
+from ddtree_jax.train import pipeline  # noqa: E402
+from ddtree_jax.train.common import write_json  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--target", default=os.path.join(ROOT, "checkpoints/default/target"))
+  ap.add_argument("--drafter", default=os.path.join(ROOT, "checkpoints/default/drafter"))
+  ap.add_argument("--prompts", default=os.path.join(ROOT, "benchmarks/prompts/test_prompts.jsonl"))
+  ap.add_argument("--num_prompts", type=int, default=8)
+  ap.add_argument("--runs", default="ar:1,ddtree:8,ddtree:32", help="mode:budget,...")
+  ap.add_argument("--max_new_tokens", type=int, default=128)
+  ap.add_argument("--reps", type=int, default=3)
+  ap.add_argument("--dtype", default="bfloat16")
+  ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "engine_rounds.json"))
+  ap.add_argument("--trace_dir", default=None, help="also trace one generation per run with jax.profiler")
+  a = ap.parse_args(argv)
+  target, cfg, drafter, dcfg, tok = pipeline.load_pair(a.target, a.drafter, dtype=jnp.dtype(a.dtype))
+  eng = Engine(target, cfg, drafter, dcfg)
+  with open(a.prompts) as fh:
+    prompts = [tok.encode(json.loads(line)["prompt"]) for line in fh if line.strip()][:a.num_prompts]
+  rows = []
+  for run in a.runs.split(","):
+    mode, budget = run.split(":")
+    budget = int(budget)
+
+    def generate_all():
+      t0 = time.perf_counter()
+      res = [eng.generate([p], mode=mode, budget=budget, max_new_tokens=a.max_new_tokens)[0] for p in prompts]
+      return time.perf_counter() - t0, res
+
+    _, first = generate_all()                                 # compiles
+    tokens = [r.token_ids for r in first]
+    times = []
+    for _ in range(a.reps):
+      elapsed, res = generate_all()
+      times.append(elapsed)
+      if [r.token_ids for r in res] != tokens:
+        raise AssertionError(f"{mode} {budget}: the tokens changed between repetitions")
+    generated = sum(len(t) for t in tokens)
+    rounds = sum(r.rounds for r in first)
+    engine_s = sum(len(r.token_ids) / r.tokens_per_s for r in res)      # Engine.run's own clock, last rep
+    med = statistics.median(times)
+    row = dict(mode=mode, budget=budget, prompts=len(prompts), generated=generated, rounds=rounds,
+               seconds=med, all_seconds=times, tokens_per_s=generated / med, ms_per_round=1e3 * med / rounds,
+               engine_clock_s=engine_s, outside_engine_clock_ms_per_request=1e3 * (med - engine_s) / len(prompts))
+    if a.trace_dir:
+      where = os.path.join(a.trace_dir, f"{mode}_{budget}")
+      jax.profiler.start_trace(where)
+      eng.generate(prompts[:1], mode=mode, budget=budget, max_new_tokens=a.max_new_tokens)
+      jax.profiler.stop_trace()
+      shutil.copy(xplane_timeline.find_trace(where), where + ".xplane.pb")
+    rows.append(row)
+    print(f"{mode} N={budget}: {generated} tokens in {rounds} rounds, {row['tokens_per_s']:.0f} tok/s, "
+          f"{row['ms_per_round']:.3f} ms/round; {row['outside_engine_clock_ms_per_request']:.1f} ms per request "
+          "outside Engine.run's clock (program lookup, results)", flush=True)
+  write_json(a.out, dict(device=jax.devices()[0].device_kind, backend=jax.default_backend(), dtype=a.dtype,
+                         max_new_tokens=a.max_new_tokens, date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                         argv=sys.argv[1:], rows=rows))
+  return rows
+
+
+if __name__ == "__main__":
+  main()

@@ -1,9 +1,9 @@
 """Wall time per round of the engine on the embedded default model, and where the host spends it.
 
-Each mode:budget generates every prompt at batch 1, once to compile, then --reps times; reports tokens/s (prefill
-included, program lookup excluded, as Engine.run times it) and wall time per round (median over the reps). With
---trace_dir, one more generation of the first prompt runs under jax.profiler and its XSpace is copied to
-<trace_dir>/<mode>_<budget>.xplane.pb: `xplane_timeline.py FILE --plane /host:CPU` lists the host's events by
+Each mode:budget and each --rounds_per_call K generates every prompt at batch 1, once to compile, then --reps
+times; reports tokens/s and wall time per round (generate's wall time, median over the reps); the tokens must be
+the same for every K. With --trace_dir, one more generation of the first prompt runs under jax.profiler and its
+XSpace is copied to <trace_dir>/<mode>_<budget>_k<K>.xplane.pb: `xplane_timeline.py FILE --plane /host:CPU` lists the host's events by
 total time (the compiled call, argument parsing, XLA's command-buffer update and graph launch), and without
 --plane the device's kernels.
 
@@ -43,6 +43,7 @@ def main(argv=None):
   ap.add_argument("--runs", default="ar:1,ddtree:8,ddtree:32", help="mode:budget,...")
   ap.add_argument("--max_new_tokens", type=int, default=128)
   ap.add_argument("--reps", type=int, default=3)
+  ap.add_argument("--rounds_per_call", default="1", help="K values, e.g. 1,4,8 (Engine.run rounds_per_call)")
   ap.add_argument("--dtype", default="bfloat16")
   ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "engine_rounds.json"))
   ap.add_argument("--trace_dir", default=None, help="also trace one generation per run with jax.profiler")
@@ -55,37 +56,37 @@ def main(argv=None):
   for run in a.runs.split(","):
     mode, budget = run.split(":")
     budget = int(budget)
+    tokens = None
+    for k in [int(v) for v in a.rounds_per_call.split(",")]:
+      def generate_all():
+        t0 = time.perf_counter()
+        res = [eng.generate([p], mode=mode, budget=budget, max_new_tokens=a.max_new_tokens, rounds_per_call=k)[0]
+               for p in prompts]
+        return time.perf_counter() - t0, res
 
-    def generate_all():
-      t0 = time.perf_counter()
-      res = [eng.generate([p], mode=mode, budget=budget, max_new_tokens=a.max_new_tokens)[0] for p in prompts]
-      return time.perf_counter() - t0, res
-
-    _, first = generate_all()                                 # compiles
-    tokens = [r.token_ids for r in first]
-    times = []
-    for _ in range(a.reps):
-      elapsed, res = generate_all()
-      times.append(elapsed)
-      if [r.token_ids for r in res] != tokens:
-        raise AssertionError(f"{mode} {budget}: the tokens changed between repetitions")
-    generated = sum(len(t) for t in tokens)
-    rounds = sum(r.rounds for r in first)
-    engine_s = sum(len(r.token_ids) / r.tokens_per_s for r in res)      # Engine.run's own clock, last rep
-    med = statistics.median(times)
-    row = dict(mode=mode, budget=budget, prompts=len(prompts), generated=generated, rounds=rounds,
-               seconds=med, all_seconds=times, tokens_per_s=generated / med, ms_per_round=1e3 * med / rounds,
-               engine_clock_s=engine_s, outside_engine_clock_ms_per_request=1e3 * (med - engine_s) / len(prompts))
-    if a.trace_dir:
-      where = os.path.join(a.trace_dir, f"{mode}_{budget}")
-      jax.profiler.start_trace(where)
-      eng.generate(prompts[:1], mode=mode, budget=budget, max_new_tokens=a.max_new_tokens)
-      jax.profiler.stop_trace()
-      shutil.copy(xplane_timeline.find_trace(where), where + ".xplane.pb")
-    rows.append(row)
-    print(f"{mode} N={budget}: {generated} tokens in {rounds} rounds, {row['tokens_per_s']:.0f} tok/s, "
-          f"{row['ms_per_round']:.3f} ms/round; {row['outside_engine_clock_ms_per_request']:.1f} ms per request "
-          "outside Engine.run's clock (program lookup, results)", flush=True)
+      _, first = generate_all()                                 # compiles
+      tokens = tokens or [r.token_ids for r in first]
+      times = []
+      for _ in range(a.reps):
+        elapsed, res = generate_all()
+        times.append(elapsed)
+        if [r.token_ids for r in res] != tokens:
+          raise AssertionError(f"{mode} {budget} rounds_per_call {k}: the tokens differ from the first setting's")
+      generated = sum(len(t) for t in tokens)
+      rounds = sum(r.rounds for r in first)
+      med = statistics.median(times)
+      row = dict(mode=mode, budget=budget, rounds_per_call=k, prompts=len(prompts), generated=generated,
+                 rounds=rounds, seconds=med, all_seconds=times, tokens_per_s=generated / med,
+                 ms_per_round=1e3 * med / rounds, tau=sum(sum(r.accepted_per_round) for r in first) / rounds)
+      if a.trace_dir:
+        where = os.path.join(a.trace_dir, f"{mode}_{budget}_k{k}")
+        jax.profiler.start_trace(where)
+        eng.generate(prompts[:1], mode=mode, budget=budget, max_new_tokens=a.max_new_tokens, rounds_per_call=k)
+        jax.profiler.stop_trace()
+        shutil.copy(xplane_timeline.find_trace(where), where + ".xplane.pb")
+      rows.append(row)
+      print(f"{mode} N={budget} rounds_per_call {k}: {generated} tokens in {rounds} rounds (tau {row['tau']:.2f}), "
+            f"{row['tokens_per_s']:.0f} tok/s, {row['ms_per_round']:.3f} ms/round", flush=True)
   write_json(a.out, dict(device=jax.devices()[0].device_kind, backend=jax.default_backend(), dtype=a.dtype,
                          max_new_tokens=a.max_new_tokens, date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                          argv=sys.argv[1:], rows=rows))

@@ -1,7 +1,8 @@
 """The generation engine: prefill, the round loop, stopping, batching, streaming and statistics.
 
-Every round is one compiled XLA program (`spec/step.py`) over a donated `GenerationState`. The host
-only reads the `done` flags (and, when streaming, the new tokens) between rounds.
+Every round is one computation (`spec/step.py`) over a donated `GenerationState`; a call of the compiled program
+runs up to `rounds_per_call` of them in a device loop. The host only reads the `done` flags (and, when streaming,
+the new tokens) between calls.
 """
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ from ddtree_jax.spec.state import GenerationState
 
 MODES = ("ar", "dflash", "ddtree")
 STOP_SLOTS = 8   # stop-id slots per request (more stop ids round up to a multiple of this)
+# Rounds per compiled call when run() is not told (one with --budget=auto). On the H200 the embedded model's rounds
+# are host-bound: the host spends ~1.3-1.6 ms a call (argument handling, XLA's graph launch) against ~0.3 ms (AR)
+# to ~0.9 ms (DDTree N=32) of kernels. Tokens/s, 8 prompts x 128 tokens, K = 1 / 4 / 8 rounds a call: AR 575 /
+# 1101 / 1509, DDTree N=8 1504 / 2294 / 2505, N=32 1657 / 2433 / 2710 (benchmarks/RESULTS.md, issue 6 13th round).
+DEFAULT_ROUNDS_PER_CALL = 8
 
 # Compiled programs keyed by (kind, RoundSpec, graphdefs, argument shapes/dtypes/shardings).
 _COMPILED: dict = {}
@@ -52,12 +58,10 @@ def _jit(kind: str, spec, t_graph, d_graph, out_shardings=None):
       return prefill.prefill_finish(state, prompt_len)
     return jax.jit(finish, donate_argnums=(2,), **jit_kw)
 
-  def one_round(t_params, d_params, state):
+  def some_rounds(t_params, d_params, state):
     target, drafter = models(t_params, d_params)
-    if spec.mode == "ar":
-      return step.ar_round(target, state, spec)
-    return step.speculative_round(target, drafter, state, spec)
-  return jax.jit(one_round, donate_argnums=(2,), **jit_kw)
+    return step.rounds(target, drafter, state, spec)
+  return jax.jit(some_rounds, donate_argnums=(2,), **jit_kw)
 
 
 @dataclasses.dataclass
@@ -226,19 +230,32 @@ class Engine:
   def run(self, prompts: Sequence[Sequence[int]], *, mode: str = "ddtree", budget: int | str = 32,
           sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 64, seed: int = 0,
           stop_ids: Optional[Sequence[int]] = None,
-          stream: Optional[Callable[[int, list[int]], None]] = None) -> tuple[list[GenerationResult], GenerationState]:
+          stream: Optional[Callable[[int, list[int]], None]] = None,
+          rounds_per_call: Optional[int] = None) -> tuple[list[GenerationResult], GenerationState]:
     """Generates and also returns the final state (caches included).
 
     budget: DDTree nodes N, or "auto" (spec/auto_budget.py: the budget that maximises expected tokens/s
     among precompiled candidates, from the drafter's expected acceptance and measured round costs;
     `self.auto_options` passes AutoBudget keyword arguments, `self.last_auto` holds the decisions).
 
-    stream(i, new_ids) is called after each round with the tokens request i gained in that round.
+    rounds_per_call: rounds each compiled call runs on the device before the host reads the done flags
+    (spec/step.py rounds; the tokens are the same for any value). Above 1 the host's fixed cost per call
+    (argument handling, XLA's graph launch) is shared by that many rounds. None: DEFAULT_ROUNDS_PER_CALL, or 1
+    with budget "auto", which chooses each round's program from the previous round (more is refused).
+
+    stream(i, new_ids) is called after each call with the tokens request i gained in its rounds.
     """
     cfg = self.target_cfg
     sampling = sampling.validate()
     if max_new_tokens < 1:
       raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if rounds_per_call is None:
+      rounds_per_call = 1 if budget == "auto" else DEFAULT_ROUNDS_PER_CALL
+    if not isinstance(rounds_per_call, int) or rounds_per_call < 1:
+      raise ValueError(f"rounds_per_call must be an integer >= 1, got {rounds_per_call!r}")
+    if rounds_per_call > 1 and budget == "auto":
+      raise ValueError(f"rounds_per_call={rounds_per_call}: budget 'auto' picks every round's program from the "
+                       "previous round, so it runs one round per call (use rounds_per_call=1)")
     if not prompts:
       raise ValueError("no prompts given")
     for i, p in enumerate(prompts):
@@ -260,7 +277,7 @@ class Engine:
       budget = auto.max_budget if auto is not None else 1
     elif not isinstance(budget, int):
       raise ValueError(f"budget must be an integer >= 1 or 'auto', got {budget!r}")
-    spec = self.round_spec(mode, budget, sampling)
+    spec = dataclasses.replace(self.round_spec(mode, budget, sampling), rounds_per_call=rounds_per_call)
     if auto is not None:
       spec = dataclasses.replace(spec, auto_budgets=auto.candidates)
     block = max(spec.block_size, 1)

@@ -55,10 +55,12 @@ def test_generate_json_all_modes_agree(dirs, tmp_path):
     ("--prompt_ids=1,x", "--prompt_ids='1,x'"),
     ("--prefill_chunk=-1", "--prefill_chunk=-1: must be >= 0"),
     ("--moe_layout=k_chunks", "moe_layout 'k_chunks' needs INT4 experts with hidden_size (64)"),
+    ("--rounds_per_call=0", "--rounds_per_call"),
+    ("--budget=auto --rounds_per_call=2", "rounds_per_call=2: budget 'auto'"),
 ])
 def test_bad_flags_exit_nonzero_with_message(dirs, flag, message):
   target, drafter, _ = dirs
-  r = run_cli(f"--model_dir={target}", f"--drafter_dir={drafter}", "--prompt_ids=1,2", flag)
+  r = run_cli(f"--model_dir={target}", f"--drafter_dir={drafter}", "--prompt_ids=1,2", *flag.split(" "))
   assert r.returncode != 0
   assert message in r.stderr, r.stderr[-1500:]
 

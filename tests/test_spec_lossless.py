@@ -109,6 +109,34 @@ def test_cache_after_ddtree_equals_ar_cache(cfgs):
           np.testing.assert_allclose(np.asarray(a[i, :n[i]]), np.asarray(b[i, :n[i]]), atol=2e-5, rtol=1e-4)
 
 
+def test_several_rounds_per_call_give_what_one_round_per_call_gives(cfgs):
+  """rounds_per_call=3 (a device loop of rounds, stopping once all are done) changes no token, round count,
+  acceptance or stop reason, with a stop token and ragged lengths; the stream delivers the same tokens in fewer,
+  larger pieces. Bad values are refused."""
+  cfg, _ = cfgs
+  dflash, _ = engines(cfgs, 2)
+  prompts = random_prompts(np.random.default_rng(5), cfg, BATCH)
+  stop = dflash.generate(prompts, mode="ar", max_new_tokens=MAX_NEW)[1].token_ids[4]
+
+  def run(mode, k):
+    pieces = [[] for _ in prompts]
+    res = dflash.generate(prompts, mode=mode, budget=DDTREE_BUDGETS[-1], max_new_tokens=MAX_NEW, stop_ids=[stop],
+                          stream=lambda i, ids: pieces[i].append(ids), rounds_per_call=k)
+    return [(r.token_ids, r.rounds, r.accepted_per_round, r.stop_reason) for r in res], pieces
+
+  for mode in ("ar", "ddtree"):
+    (one, one_pieces), (three, three_pieces) = run(mode, 1), run(mode, 3)
+    assert three == one, mode
+    assert any(r[3] == "stop_token" for r in one) and len({len(r[0]) for r in one}) > 1
+    assert [sum(p, []) for p in three_pieces] == [sum(p, []) for p in one_pieces]
+    assert sum(map(len, three_pieces)) < sum(map(len, one_pieces))
+  for bad in (0, -1, 1.5):
+    with pytest.raises(ValueError, match="rounds_per_call"):
+      dflash.generate(prompts, max_new_tokens=4, rounds_per_call=bad)
+  with pytest.raises(ValueError, match="rounds_per_call=2: budget 'auto'"):
+    dflash.generate(prompts, budget="auto", max_new_tokens=4, rounds_per_call=2)
+
+
 def test_compiled_round_has_no_host_transfer(cfgs):
   cfg, dcfg = cfgs
   dflash, _ = engines(cfgs, 0)

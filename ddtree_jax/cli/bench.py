@@ -45,9 +45,9 @@ DEFAULT_PROMPTS = os.path.join(REPO_ROOT, "benchmarks", "prompts", "test_prompts
 def run_bench(engine, prompts: Sequence[Sequence[int]], *, modes=("ar", "dflash", "ddtree"),
               budgets=(8, 16, 32, 64, 128, 256), temperatures=(0.0, 1.0), max_new_tokens: int = 128, seed: int = 0,
               deadline: Optional[float] = None, on_record: Optional[Callable[[dict], None]] = None,
-              log: Callable[[str], None] = print) -> list[dict]:
+              log: Callable[[str], None] = print, rounds_per_call: Optional[int] = None) -> list[dict]:
   """Returns one record per (temperature, mode, budget). AR runs first at each temperature (the
-  reference for the lossless check at T=0 and the speed-up)."""
+  reference for the lossless check at T=0 and the speed-up). rounds_per_call: see Engine.run."""
   from ddtree_jax.sampling import SamplingParams
   records = []
   block = engine.drafter_cfg.block_size if engine.drafter_cfg is not None else 0
@@ -64,7 +64,7 @@ def run_bench(engine, prompts: Sequence[Sequence[int]], *, modes=("ar", "dflash"
       sp = SamplingParams(temperature=float(temp))
       t0 = time.perf_counter()
       engine.generate([prompts[0]], mode=mode, budget=max(budget, 1), sampling=sp, max_new_tokens=max_new_tokens,
-                      seed=seed)
+                      seed=seed, rounds_per_call=rounds_per_call)
       compile_s = time.perf_counter() - t0
       tokens, rounds, emitted, wall, gen_s, outs, hist, per_tps = 0, 0, 0, 0.0, 0.0, [], {}, []
       for i, p in enumerate(prompts):
@@ -72,7 +72,7 @@ def run_bench(engine, prompts: Sequence[Sequence[int]], *, modes=("ar", "dflash"
           break
         t1 = time.perf_counter()
         r = engine.generate([p], mode=mode, budget=max(budget, 1), sampling=sp, max_new_tokens=max_new_tokens,
-                            seed=seed + i)[0]
+                            seed=seed + i, rounds_per_call=rounds_per_call)[0]
         wall += time.perf_counter() - t1
         tokens += len(r.token_ids)
         rounds += r.rounds
@@ -181,7 +181,7 @@ def main(argv):
   del argv
   import jax
   from ddtree_jax.cli.common import UsageError, load_models, parse_dtype, parse_prefill_chunk
-  from ddtree_jax.engine import Engine
+  from ddtree_jax.engine import DEFAULT_ROUNDS_PER_CALL, Engine
   try:
     dtype = parse_dtype(FLAGS.dtype)
     prefill_chunk = parse_prefill_chunk(FLAGS.prefill_chunk)
@@ -208,6 +208,7 @@ def main(argv):
   deadline = time.perf_counter() + FLAGS.time_budget_s if FLAGS.time_budget_s else None
   meta = {"model": label, "backend": jax.default_backend(), "device": jax.devices()[0].device_kind,
           "prompts": len(prompts), "max_new_tokens": FLAGS.max_new_tokens, "dtype": FLAGS.dtype,
+          "rounds_per_call": FLAGS.rounds_per_call or DEFAULT_ROUNDS_PER_CALL,
           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
   records = []
 
@@ -224,7 +225,7 @@ def main(argv):
 
   run_bench(engine, prompts, modes=FLAGS.modes, budgets=budgets, temperatures=temps,
             max_new_tokens=FLAGS.max_new_tokens, seed=FLAGS.seed, deadline=deadline, on_record=on_record,
-            log=lambda s: print(s, file=sys.stderr))
+            log=lambda s: print(s, file=sys.stderr), rounds_per_call=FLAGS.rounds_per_call)
   print(summary_table(records))
   if FLAGS.plot:
     plot_bench(records, FLAGS.plot, f"{label} on {meta['device']}")

@@ -13,6 +13,10 @@ from ddtree_jax.spec.prefill import DEFAULT_CHUNK
 flags.DEFINE_integer("prefill_chunk", DEFAULT_CHUNK, "prompt tokens per prefill forward; long prompts are "
                      "prefilled in chunks of this many tokens (less activation memory), 0 = in one forward")
 
+flags.DEFINE_integer("rounds_per_call", None, "rounds each compiled call runs on the device before the host reads "
+                     "the done flags (same tokens; the host's per-call cost is shared by them); default: the engine's "
+                     "(8; 1 with --budget=auto, which allows no other)", lower_bound=1)
+
 flags.DEFINE_enum("moe_layout", "auto", ["auto", "as_is", "k_chunks"],
                   "INT4 experts' layout in memory: auto = k-chunked for the GPU kernels on a GPU (each kernel tile one "
                   "contiguous block), as loaded elsewhere; as_is = as loaded; k_chunks = k-chunked on any backend")

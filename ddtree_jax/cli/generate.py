@@ -109,7 +109,8 @@ def main(argv):
   try:
     with (viz_trace.tracing(engine) if FLAGS.trace_dir else contextlib.nullcontext([])) as traces:
       results = engine.generate(prompts, mode=FLAGS.mode, budget=budget, sampling=sampling,
-                                max_new_tokens=FLAGS.max_new_tokens, seed=FLAGS.seed, stream=stream)
+                                max_new_tokens=FLAGS.max_new_tokens, seed=FLAGS.seed, stream=stream,
+                                rounds_per_call=FLAGS.rounds_per_call)
   except ValueError as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2

@@ -1,4 +1,5 @@
-"""One round of generation as one pure function (jitted by the engine into one XLA program).
+"""One round of generation as one pure function; `rounds` loops it on the device, and the engine jits that into one
+XLA program (RoundSpec.rounds_per_call rounds a call).
 
 Modes share this code: `ar` feeds the bonus token alone; `dflash` verifies the chain of the
 drafter's per-position argmaxes (a tree with one child per node); `ddtree` verifies the best-first
@@ -29,12 +30,27 @@ class RoundSpec:
   feature_layers: tuple[int, ...] = ()
   sampling: SamplingParams = SamplingParams()
   auto_budgets: tuple[int, ...] = ()   # --budget=auto: candidates whose expected tokens the round tracks
+  rounds_per_call: int = 1             # rounds one compiled call runs (a device loop; it stops early once every
+                                       # sequence is done): the host's per-call cost is paid once per this many
 
   def prefill_spec(self) -> "RoundSpec":
     """What the prefill (spec/prefill.py) depends on (so that modes and budgets share its programs)."""
     if self.mode == "ar":
       return RoundSpec(mode="ar", sampling=self.sampling)
     return RoundSpec(mode="ddtree", feature_layers=self.feature_layers, sampling=self.sampling)
+
+
+def rounds(target, drafter, state: GenerationState, spec: RoundSpec) -> GenerationState:
+  """spec.rounds_per_call rounds (AR or speculative), fewer if every sequence is done first: a device loop, so
+  one compiled call runs them all. Each round is exactly the one-round program's computation."""
+  def one(st):
+    return ar_round(target, st, spec) if spec.mode == "ar" else speculative_round(target, drafter, st, spec)
+  if spec.rounds_per_call == 1:
+    return one(state)
+  def more(carry):
+    i, st = carry
+    return (i < spec.rounds_per_call) & ~jnp.all(st.done)
+  return jax.lax.while_loop(more, lambda carry: (carry[0] + 1, one(carry[1])), (jnp.int32(0), state))[1]
 
 
 def ar_round(target, state: GenerationState, spec: RoundSpec) -> GenerationState:

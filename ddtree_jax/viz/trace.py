@@ -138,8 +138,9 @@ def tracing(engine, on_round: Optional[Callable] = None):
     with tracing(engine) as traces:
       engine.generate(prompts, mode="ddtree", budget=16)
 
-  Only this engine instance is affected (its `_compiled_fn` is wrapped, and restored on exit); the
-  compiled programs are the same as without tracing, so the generated tokens are the same.
+  Only this engine instance is affected (its `_compiled_fn` is wrapped, and restored on exit); its speculative
+  rounds run one per compiled call (the same computation as `rounds_per_call` rounds a call, so the generated
+  tokens are the same).
   """
   traces: list[RoundTrace] = []
   if on_round is None:
@@ -147,9 +148,10 @@ def tracing(engine, on_round: Optional[Callable] = None):
   compiled = engine._compiled_fn
 
   def traced_compiled_fn(kind, spec, *args):
-    fn = compiled(kind, spec, *args)
     if kind != "round" or spec.mode == "ar":
-      return fn
+      return compiled(kind, spec, *args)
+    # one round a call, so that every round is traced (same rounds, same tokens: spec/step.py rounds)
+    fn = compiled(kind, dataclasses.replace(spec, rounds_per_call=1), *args)
 
     def traced(t_params, d_params, state):
       on_round(state, spec)

@@ -111,8 +111,8 @@ def test_cache_after_ddtree_equals_ar_cache(cfgs):
 
 def test_several_rounds_per_call_give_what_one_round_per_call_gives(cfgs):
   """rounds_per_call=3 (a device loop of rounds, stopping once all are done) changes no token, round count,
-  acceptance or stop reason, with a stop token and ragged lengths; the stream delivers the same tokens in fewer,
-  larger pieces. Bad values are refused."""
+  acceptance or stop reason, with a stop token and ragged lengths, nor any sampled token at T = 1; the stream
+  delivers the same tokens in fewer, larger pieces. Bad values are refused."""
   cfg, _ = cfgs
   dflash, _ = engines(cfgs, 2)
   prompts = random_prompts(np.random.default_rng(5), cfg, BATCH)
@@ -130,6 +130,11 @@ def test_several_rounds_per_call_give_what_one_round_per_call_gives(cfgs):
     assert any(r[3] == "stop_token" for r in one) and len({len(r[0]) for r in one}) > 1
     assert [sum(p, []) for p in three_pieces] == [sum(p, []) for p in one_pieces]
     assert sum(map(len, three_pieces)) < sum(map(len, one_pieces))
+  from ddtree_jax.sampling import SamplingParams
+  sampled = [[r.token_ids for r in dflash.generate(prompts, mode="ddtree", budget=DDTREE_BUDGETS[-1], seed=4,
+                                                   sampling=SamplingParams(1.0), max_new_tokens=MAX_NEW,
+                                                   rounds_per_call=k)] for k in (1, 3)]
+  assert sampled[0] == sampled[1]                   # T = 1: the same PRNG splits, round by round
   for bad in (0, -1, 1.5):
     with pytest.raises(ValueError, match="rounds_per_call"):
       dflash.generate(prompts, max_new_tokens=4, rounds_per_call=bad)

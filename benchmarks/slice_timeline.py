@@ -24,24 +24,19 @@ import jax
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import k26_slice  # noqa: E402
 import ncu_programs  # noqa: E402
 import xplane_timeline  # noqa: E402
 from ddtree_jax.train.common import write_json  # noqa: E402
 
 
 def time_program(call, reps):
-  """(blocking median s, pipelined s per call)."""
-  for _ in range(3):
-    jax.block_until_ready(call())
-  times = []
-  for _ in range(reps):
-    t0 = time.perf_counter()
-    jax.block_until_ready(call())
-    times.append(time.perf_counter() - t0)
+  """(blocking median s (k26_slice.py's timing), pipelined s per call)."""
+  blocking, _ = k26_slice._median_time(call, reps)
   t0 = time.perf_counter()
   outs = [call() for _ in range(reps)]
   jax.block_until_ready(outs)
-  return statistics.median(times), (time.perf_counter() - t0) / reps
+  return blocking, (time.perf_counter() - t0) / reps
 
 
 def trace_program(call, calls, trace_dir, gap_us):
@@ -67,7 +62,7 @@ def main(argv=None):
   ap.add_argument("--slice", default="4096,1;4096,9", help="ctx,T;...")
   ap.add_argument("--moe_layers", type=int, default=1)
   ap.add_argument("--reps", type=int, default=30)
-  ap.add_argument("--trace_calls", type=int, default=6, help="0: no trace")
+  ap.add_argument("--trace_calls", type=int, default=6, help="0: no trace (a trace needs a GPU: it reads the device plane)")
   ap.add_argument("--gap_us", type=float, default=200.0, help="device idle time that separates two traced calls")
   ap.add_argument("--trace_dir", default=os.path.join(os.environ.get("OUT", "/tmp"), "slice_trace"))
   ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "slice_timeline.json"))

@@ -1,6 +1,8 @@
 # Issue 6 thirteenth round, GPU call 5: the engine's host cost per round on the embedded default model (bf16).
 # benchmarks/run_ahead.py (AR and DDTree N=32, 8 prompts x 128 tokens, batch 1) on
-#   head:  the engine of the last commit (engine_head.py: each round returns only the state, read every round);
+#   head:  the engine of commit 0f07638 (each round returns only the state, read every round), from
+#          benchmarks/results/issue6_r13/engine_head.py, which is not kept in the repo: make it first with
+#          `git show 0f07638:ddtree_jax/engine.py > benchmarks/results/issue6_r13/engine_head.py` (no git on the device);
 #   new:   RoundReport outputs, run-ahead, the compiled-program key worked out once per Engine;
 #   new_cb_off: the same with XLA's command buffers off.
 # One jax.profiler trace per setting and mode (host and device planes). Everything is tarred into one file.

@@ -62,7 +62,8 @@ def main(argv=None):
   ap.add_argument("--slice", default="4096,1;4096,9", help="ctx,T;...")
   ap.add_argument("--moe_layers", type=int, default=1)
   ap.add_argument("--reps", type=int, default=30)
-  ap.add_argument("--trace_calls", type=int, default=6, help="0: no trace (a trace needs a GPU: it reads the device plane)")
+  ap.add_argument("--trace_calls", type=int, default=6,
+                  help="0: no trace (a trace needs a GPU: it reads the device plane)")
   ap.add_argument("--gap_us", type=float, default=200.0, help="device idle time that separates two traced calls")
   ap.add_argument("--trace_dir", default=os.path.join(os.environ.get("OUT", "/tmp"), "slice_trace"))
   ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "slice_timeline.json"))

@@ -31,9 +31,7 @@ import gzip
 import functools
 import json
 import os
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -85,7 +83,7 @@ def slice_programs(specs, moe_layers, hlo_dir=None, smoke=False):
   (1 dense + moe_layers MoE layers + the lm_head shard) on the kernel path, random routing, the caches donated
   and carried from call to call as the engine does. With hlo_dir, each program's optimized HLO is written there
   (hlo_slice_<ctx>_<T>.txt: the fusion names are the kernel names ncu reports). smoke: the slice's tiny dims
-(the CPU test)."""
+  (the CPU test)."""
   import numpy as np
   import k26_slice as ks
   d = ks.SMOKE if smoke else ks.H200
@@ -129,13 +127,9 @@ def drive(mla_shapes, moe_tokens, programs_json, gemv_kwargs=(), slices=(), slic
       jax.block_until_ready(_marker(f"{MARK}end")(x))
     labels.append(label)
     if time_reps:
-      times = []
-      for _ in range(time_reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(call())
-        times.append(time.perf_counter() - t0)
-      print(f"ncu_programs: {label}: median of {time_reps} blocking calls {statistics.median(times) * 1e3:.3f} ms",
-            flush=True)
+      import k26_slice
+      median, _ = k26_slice._median_time(call, time_reps)
+      print(f"ncu_programs: {label}: median of {time_reps} blocking calls {median * 1e3:.3f} ms", flush=True)
     print(f"ncu_programs: {label} done", flush=True)
   with open(programs_json, "w") as fh:
     json.dump(labels, fh, indent=1)

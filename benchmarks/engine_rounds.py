@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -80,10 +79,8 @@ def main(argv=None):
                  ms_per_round=1e3 * med / rounds, tau=sum(sum(r.accepted_per_round) for r in first) / rounds)
       if a.trace_dir:
         where = os.path.join(a.trace_dir, f"{mode}_{budget}_k{k}")
-        jax.profiler.start_trace(where)
-        eng.generate(prompts[:1], mode=mode, budget=budget, max_new_tokens=a.max_new_tokens, rounds_per_call=k)
-        jax.profiler.stop_trace()
-        shutil.copy(xplane_timeline.find_trace(where), where + ".xplane.pb")
+        xplane_timeline.record(lambda: eng.generate(prompts[:1], mode=mode, budget=budget,
+                                                    max_new_tokens=a.max_new_tokens, rounds_per_call=k), where)
       rows.append(row)
       print(f"{mode} N={budget} rounds_per_call {k}: {generated} tokens in {rounds} rounds (tau {row['tau']:.2f}), "
             f"{row['tokens_per_s']:.0f} tok/s, {row['ms_per_round']:.3f} ms/round", flush=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -42,13 +41,11 @@ def time_program(call, reps):
 def trace_program(call, calls, trace_dir, gap_us):
   """Per-call span / busy / idle (us, medians over calls 1..) from a jax.profiler trace of `calls` blocking calls.
   The trace is also copied to <trace_dir>.xplane.pb (xplane_timeline.py --plane /host:CPU reads the host's side)."""
-  jax.profiler.start_trace(trace_dir)
-  for _ in range(calls):
-    jax.block_until_ready(call())
-    time.sleep(0.002)                       # the device idles between calls, so the calls separate in the trace
-  jax.profiler.stop_trace()
-  path = xplane_timeline.find_trace(trace_dir)
-  shutil.copy(path, trace_dir.rstrip("/") + ".xplane.pb")   # next to the directory: one file, easy to carry back
+  def blocking_calls():
+    for _ in range(calls):
+      jax.block_until_ready(call())
+      time.sleep(0.002)                     # the device idles between calls, so the calls separate in the trace
+  path = xplane_timeline.record(blocking_calls, trace_dir)
   blocks = xplane_timeline.calls(xplane_timeline.kernels(path), gap_us * 1e3)
   stats = [xplane_timeline.summary(b) for b in blocks]
   tail = stats[1:] or stats

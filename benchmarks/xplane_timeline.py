@@ -10,6 +10,7 @@ the protobuf wire format (no generated code) and turns them into:
                      program call when the calls were blocking and the host paused between them)
   summary(block)  -> span, busy time, idle time inside the span, kernel count
   by_name(rows)   -> [(name, count, total us)] longest total first (e.g. the host's events: --plane /host:CPU)
+  record(run, trace_dir) -> runs run() under jax.profiler and copies its XSpace to <trace_dir>.xplane.pb
 
   python3 benchmarks/xplane_timeline.py TRACE_DIR_OR_FILE [--gap_us 40] [--top 25]
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shutil
 import statistics
 
 
@@ -144,6 +146,20 @@ def by_name(rows):
     count, total = totals.get(name, (0, 0.0))
     totals[name] = (count + 1, total + dur / 1e3)
   return sorted(((n, c, t) for n, (c, t) in totals.items()), key=lambda r: -r[2])
+
+
+def record(run, trace_dir):
+  """run() under jax.profiler (its output in trace_dir); the XSpace is also copied to <trace_dir>.xplane.pb, one
+  file next to the directory (easy to carry back from a GPU machine). Returns that copy's path."""
+  import jax
+  jax.profiler.start_trace(trace_dir)
+  try:
+    run()
+  finally:
+    jax.profiler.stop_trace()
+  flat = trace_dir.rstrip("/") + ".xplane.pb"
+  shutil.copy(find_trace(trace_dir), flat)
+  return flat
 
 
 def find_trace(path):

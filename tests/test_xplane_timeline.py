@@ -1,5 +1,5 @@
 """benchmarks/xplane_timeline.py decodes an XSpace protobuf: a synthetic one built here in the wire format (a GPU
-plane with two stream lines), and a real jax.profiler trace of a CPU program."""
+plane with two stream lines), and a real jax.profiler trace of a CPU program recorded by xplane_timeline.record."""
 import os
 import sys
 
@@ -61,9 +61,7 @@ def test_a_real_cpu_trace_decodes(tmp_path):
   f = jax.jit(lambda x: jnp.sin(x) @ x)
   x = jnp.ones((64, 64))
   f(x).block_until_ready()
-  jax.profiler.start_trace(str(tmp_path))
-  for _ in range(2):
-    f(x).block_until_ready()
-  jax.profiler.stop_trace()
-  rows = xt.kernels(xt.find_trace(str(tmp_path)), plane="/host:CPU")
+  flat = xt.record(lambda: [f(x).block_until_ready() for _ in range(2)], str(tmp_path / "trace"))
+  assert flat == str(tmp_path / "trace.xplane.pb")
+  rows = xt.kernels(flat, plane="/host:CPU")
   assert any("PjitFunction" in name for _, _, name, _ in rows)

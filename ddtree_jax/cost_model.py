@@ -15,7 +15,10 @@ Per GPU (the slowest GPU sets the pace; all GPUs run the same layers), for a for
 
 The c_* coefficients come from a non-negative least-squares fit to `benchmarks/k26_slice.py`'s rows
 (1 dense + 3 MoE layers, random and Zipf routing, contexts 4K and 32K, T in 1..257), one set per kernel
-path ("pallas", "xla"); they are stored in `configs/cost_h200.json`. The slice always holds 4 layers and
+path ("pallas", "xla"); they are stored in `configs/cost_h200.json`. The time fitted is the slice's pipelined
+time per call (calls enqueued back to back: the device's time, as in the engine, whose host runs ahead with
+several rounds per call) where the slice JSON has it, else the blocking time (which also carries ~0.3-0.4 ms of
+host dispatch per call and so over-counts c_layer; `SliceFit.timing` says which). The slice always holds 4 layers and
 one lm_head shard, so its constant is split: `head` = lm_head shard bytes at the measured copy bandwidth,
 the rest spread over the 4 layers (c_layer); `dense_extra` = (dense MLP - MoE fixed weights) bytes at
 the copy bandwidth. `weight_rate` (the drafter's weight streaming rate) = one INT4 expert's bytes /
@@ -98,6 +101,7 @@ class SliceFit:
   rmse_s: float
   max_rel_err: float
   points: int
+  timing: str = "blocking"   # which slice time was fitted: "blocking" (time_s) or "pipelined" (pipelined_s)
 
   def slice_time(self, t, ctx, local_distinct_sum, layers=4, shape: ModelShape = ModelShape()):
     """Prediction for the benchmark's slice (for checking the fit)."""
@@ -117,11 +121,22 @@ def _nnls(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     active.pop(int(np.argmin(c)))
 
 
+def slice_timing(rows: Sequence[dict]) -> str:
+  """The time a fit uses: "pipelined" (pipelined_s: calls enqueued back to back, the device's time) when every row
+  has it, else "blocking" (time_s: each call waited for, which also carries the host's dispatch of the call;
+  slice JSONs before issue 6's fourteenth round have only this one)."""
+  return "pipelined" if rows and all("pipelined_s" in r for r in rows) else "blocking"
+
+
+TIME_KEYS = {"pipelined": "pipelined_s", "blocking": "time_s"}
+
+
 def fit_slice(doc: dict, impl: str, shape: ModelShape = ModelShape()) -> Optional[SliceFit]:
-  """Fits one kernel path's coefficients to the rows of a k26_slice JSON document."""
+  """Fits one kernel path's coefficients to the rows of a k26_slice JSON document (see slice_timing)."""
   rows = [r for r in doc["rows"] if r["impl"] == impl]
   if len(rows) < len(FEATURES):
     return None
+  timing = slice_timing(rows)
   per = doc["per_gpu"]
   ceil = doc["ceilings"]["copy_bytes_per_s"]
   head_s = 2 * doc["dims"]["hidden"] * per["vocab"] / ceil
@@ -134,7 +149,7 @@ def fit_slice(doc: dict, impl: str, shape: ModelShape = ModelShape()) -> Optiona
     heads = per["heads"]
     fl = 2.0 * t * heads * (ctx + t) * shape.latent
     x.append([nl, nl * t, nl * fl, nl * ctx, sum(r["local_distinct"])])
-    y.append(r["time_s"] - head_s - dense_extra_s)
+    y.append(r[TIME_KEYS[timing]] - head_s - dense_extra_s)
   x, y = np.asarray(x, float), np.asarray(y, float)
   scale = np.maximum(np.abs(x).max(axis=0), 1e-30)          # conditioning
   c = _nnls(x / scale, y) / scale
@@ -145,7 +160,7 @@ def fit_slice(doc: dict, impl: str, shape: ModelShape = ModelShape()) -> Optiona
   rate = per["expert_bytes"] / c[4] if c[4] > 0 else ceil
   return SliceFit(impl=impl, c_layer=float(c[0]), c_token=float(c[1]), c_attn_flop=float(c[2]), c_ctx=float(c[3]),
                   c_expert=float(c[4]), head_s=head_s, dense_extra_s=dense_extra_s, weight_rate=float(rate),
-                  rmse_s=rmse, max_rel_err=max_rel, points=len(rows))
+                  rmse_s=rmse, max_rel_err=max_rel, points=len(rows), timing=timing)
 
 
 @dataclasses.dataclass(frozen=True)

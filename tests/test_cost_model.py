@@ -37,6 +37,22 @@ def test_refit_matches_stored(tmp_path):
       assert abs(pred - r["time_s"]) / r["time_s"] < 0.3
 
 
+def test_fit_uses_the_pipelined_time_when_every_row_has_it():
+  doc = json.load(open(SLICE))
+  blocking = cm.fit_slice(doc, "pallas")
+  assert blocking.timing == "blocking"
+  # the same rows with a pipelined time 0.3 ms below the blocking one (the host's part of a blocking call)
+  piped = dict(doc, rows=[dict(r, pipelined_s=r["time_s"] - 3e-4) for r in doc["rows"]])
+  fit = cm.fit_slice(piped, "pallas")
+  assert fit.timing == "pipelined"
+  assert fit.c_layer < blocking.c_layer                  # the per-call host time no longer lands in c_layer
+  r = piped["rows"][0]
+  pred = fit.slice_time(r["T"], r["context"], sum(r["local_distinct"]), r["layers"])
+  assert abs(pred - r["pipelined_s"]) / r["pipelined_s"] < 0.3
+  mixed = dict(doc, rows=piped["rows"][:-1] + doc["rows"][-1:])   # one row without: the blocking time for all
+  assert cm.slice_timing(mixed["rows"]) == "blocking"
+
+
 def test_allreduce():
   ic = cm.Interconnect("x", 100e9, 1e-5, gpus=8)
   assert ic.allreduce_s(0) == pytest.approx(1e-5)

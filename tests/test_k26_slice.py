@@ -14,7 +14,7 @@ def test_smoke(tmp_path):
   doc = json.load(open(out))
   assert doc["smoke"] and len(doc["rows"]) == len(rows) >= 4
   r = rows[-1]
-  assert r["time_s"] > 0 and r["bytes"] > 0 and r["flops"] > 0 and r["roofline_s"] > 0
+  assert r["time_s"] > 0 and r["pipelined_s"] > 0 and r["bytes"] > 0 and r["flops"] > 0 and r["roofline_s"] > 0
   assert {x["routing"] for x in rows} == {"random", "zipf"}
   assert {x["mla_kernel"] for x in rows} == {"xla"}       # the CPU: the dispatch's fallback, recorded per row
 

@@ -196,16 +196,62 @@ def init_params(key, d: SliceDims, moe_layers: int):
 CUSTOM_CALL_IMPL = {"pallas": "auto", "xla": "xla"}
 
 
+# ---- weight layouts ---------------------------------------------------------------------------------
+# Where a bf16 projection's weight is stored [in, out] ("kn", as the model stores every Linear today) or [out, in]
+# ("nk", inputs contiguous per output, the checkpoint's own layout), and which projections sharing an input are
+# one product. Issue 6 fourteenth round, call 1 (benchmarks/matvec_forms.py, one token): q_b, o_proj and the
+# shared expert's gate/up each ran 1.6-1.8x faster stored [out, in]; q_a, kv_a and the dense MLP did not.
+LAYOUTS = {
+    "kn": "every weight [in, out] (the model's layout)",
+    "nk": "q_b, o_proj stored [out, in]; the shared expert's gate and up one [2 x I, D] weight",
+    "nk_qkv": "nk, and q_a / kv_a one [D, q_lora + kv_lora + rope] weight (one product for both)",
+}
+MODEL_LAYOUT = "kn"
+
+
+def dot_nk(x, w_nk):
+  """x [..., K] @ w_nk[N, K]^T -> [..., N] (a weight stored [out, in])."""
+  return jax.lax.dot_general(x, w_nk, (((x.ndim - 1,), (1,)), ((), ())))
+
+
+def relayout_params(params, layout: str):
+  """The slice's parameters in one of LAYOUTS (values unchanged: the same products, other storage)."""
+  if layout not in LAYOUTS:
+    raise ValueError(f"k26_slice: unknown layout {layout!r}; expected one of {list(LAYOUTS)}")
+  if layout == "kn":
+    return params
+
+  def attn(p):
+    p = dict(p, q_b_nk=p["q_b"].T, o_nk=p["o"].T)
+    del p["q_b"], p["o"]
+    if layout == "nk_qkv":
+      p["qkv_a"] = jnp.concatenate([p.pop("q_a"), p.pop("kv_a")], axis=1)
+    return p
+
+  dense = dict(params["dense"], attn=attn(params["dense"]["attn"]))
+  moes = []
+  for m in params["moe"]:
+    wg, wu, wd = m["shared"]
+    m = dict(m, attn=attn(m["attn"]), shared_gate_up_nk=jnp.concatenate([wg.T, wu.T], axis=0), shared_down=wd)
+    del m["shared"]
+    moes.append(m)
+  return dict(params, dense=dense, moe=moes)
+
+
 def attention(p, x, cos, sin, ckv, kpe, cache_len, mask, d: SliceDims, impl: str):
-  """x: [1, T, D] -> (partial o_proj output [1, T, D] (all-reduced on the mesh), ckv, kpe)."""
+  """x: [1, T, D] -> (partial o_proj output [1, T, D] (all-reduced on the mesh), ckv, kpe). p in any LAYOUTS."""
   b, t, _ = x.shape
   h = d.heads
   xn = rms_norm(x, p["in_norm"], d.eps)
-  q = rms_norm(xn @ p["q_a"], p["q_a_norm"], d.latent_eps) @ p["q_b"]
+  if "qkv_a" in p:
+    q_a, kv = jnp.split(xn @ p["qkv_a"], [d.q_lora], axis=-1)
+  else:
+    q_a, kv = xn @ p["q_a"], xn @ p["kv_a"]
+  q_a = rms_norm(q_a, p["q_a_norm"], d.latent_eps)
+  q = dot_nk(q_a, p["q_b_nk"]) if "q_b_nk" in p else q_a @ p["q_b"]
   q = q.reshape(b, t, h, d.nope + d.rope)
   q_nope, q_pe = q[..., :d.nope], q[..., d.nope:]
   q_pe = apply_rope_interleaved(q_pe, cos[:, :, None, :], sin[:, :, None, :])
-  kv = xn @ p["kv_a"]
   c_kv = rms_norm(kv[..., :d.kv_lora], p["kv_a_norm"], d.latent_eps)
   k_pe = apply_rope_interleaved(kv[..., d.kv_lora:], cos, sin)
   ckv = jax.lax.dynamic_update_slice(ckv, c_kv.astype(ckv.dtype), (0, cache_len[0], 0))
@@ -216,7 +262,8 @@ def attention(p, x, cos, sin, ckv, kpe, cache_len, mask, d: SliceDims, impl: str
   o_lat = custom_calls.mla_attention(q_lat, q_pe, ckv, kpe, cache_len, mask, scale=d.softmax_scale,
                                      impl=CUSTOM_CALL_IMPL[impl])
   o = jnp.einsum("bthr,rhv->bthv", o_lat, w_uv)
-  return o.reshape(b, t, h * d.v_dim) @ p["o"], ckv, kpe
+  o = o.reshape(b, t, h * d.v_dim)
+  return (dot_nk(o, p["o_nk"]) if "o_nk" in p else o @ p["o"]), ckv, kpe
 
 
 def swiglu(x, wg, wu, wd):
@@ -231,7 +278,12 @@ def moe(p, x, ids, d: SliceDims, impl: str):
   w = w / (jnp.sum(w, axis=-1, keepdims=True) + 1e-20) * d.routed_scaling
   y = custom_calls.routed_experts_int4(x, ids, w, *p["experts"], group_size=d.group, expert_offset=0,
                                        impl=CUSTOM_CALL_IMPL[impl]).astype(jnp.float32)
-  return (y + swiglu(x, *p["shared"]).astype(jnp.float32)).astype(x.dtype)
+  if "shared_gate_up_nk" in p:
+    g, u = jnp.split(dot_nk(x, p["shared_gate_up_nk"]), 2, axis=-1)
+    shared = (jax.nn.silu(g) * u) @ p["shared_down"]
+  else:
+    shared = swiglu(x, *p["shared"])
+  return (y + shared.astype(jnp.float32)).astype(x.dtype)
 
 
 def slice_forward(params, caches, tokens_x, positions, cache_len, mask, ids, *, d: SliceDims, impl: str,
@@ -387,8 +439,14 @@ def main(argv=None):
   ap.add_argument("--xla_budgets", default="0,64,256", help="N for the xla path (0 = the AR step)")
   ap.add_argument("--reps", type=int, default=15)
   ap.add_argument("--budget_s", type=float, default=190.0, help="stop starting programs after this many seconds")
+  ap.add_argument("--layouts", default=MODEL_LAYOUT,
+                  help=f"weight layouts of the kernel path, some of {list(LAYOUTS)} (the xla path: {MODEL_LAYOUT})")
   ap.add_argument("--out", default=None, help="JSON path (default $OUT/k26_slice.json or benchmarks/results/)")
   args = ap.parse_args(argv)
+  layouts = [s for s in args.layouts.split(",") if s]
+  for layout in layouts:
+    if layout not in LAYOUTS:
+      raise SystemExit(f"k26_slice: --layouts: unknown layout {layout!r}; expected some of {list(LAYOUTS)}")
   t_start = time.perf_counter()
   d = SMOKE if args.smoke else H200
   if args.smoke:   # tiny defaults unless given explicitly
@@ -419,7 +477,9 @@ def main(argv=None):
   params = init_params(jax.random.key(0), d, args.moe_layers)
   # the kernel path runs the experts in the layout the engine gives the GPU kernels, the XLA path as stored
   kernel_params, moe_k_chunk = kernel_layout_params(params, d) if "pallas" in impls else (params, None)
-  params_by_impl = {"pallas": kernel_params, "xla": params}
+  params_by_impl = {("xla", MODEL_LAYOUT): params}
+  if "pallas" in impls:
+    params_by_impl.update({("pallas", layout): relayout_params(kernel_params, layout) for layout in layouts})
   jax.block_until_ready(params_by_impl)
   init_s = time.perf_counter() - t0
   inv_freq, mult = rope_tables(d)
@@ -432,17 +492,18 @@ def main(argv=None):
   order = sorted(set(ts), key=lambda t: (t not in (1, max_t), t not in (65, 17), t))
   plan = []
   for impl in impls:
-    for t in order:
-      if impl == "xla" and (t - 1 if t > 1 else 0) not in xla_budgets:
-        continue
-      for ctx in contexts:
-        plan.append((impl, ctx, t))
+    for layout in (layouts if impl == "pallas" else [MODEL_LAYOUT]):
+      for t in order:
+        if impl == "xla" and (t - 1 if t > 1 else 0) not in xla_budgets:
+          continue
+        for ctx in contexts:
+          plan.append((impl, layout, ctx, t))
 
   rows, skipped = [], []
   caches_by_ctx = {}
-  for impl, ctx, t in plan:
+  for impl, layout, ctx, t in plan:
     if time.perf_counter() - t_start > args.budget_s:
-      skipped.append(dict(impl=impl, context=ctx, T=t))
+      skipped.append(dict(impl=impl, layout=layout, context=ctx, T=t))
       continue
     if ctx not in caches_by_ctx:
       caches_by_ctx.clear()   # one context's buffers alive at a time
@@ -457,7 +518,7 @@ def main(argv=None):
                                impl=CUSTOM_CALL_IMPL[impl])
     routes = {kind: np.stack([routing(rng, t, d, kind) for _ in range(args.moe_layers)]) for kind in ("random", "zipf")}
     tc0 = time.perf_counter()
-    params = params_by_impl[impl]
+    params = params_by_impl[(impl, layout)]
     compiled = fn.lower(params, caches, x, positions, cache_len, mask, jnp.asarray(routes["random"])).compile()
     compile_s = time.perf_counter() - tc0
     for kind, ids_np in routes.items():
@@ -479,7 +540,7 @@ def main(argv=None):
       t_mem = acc["bytes"] / ceil["copy_bytes_per_s"]
       t_fl = acc["flops"] / ceil["matmul_flops_per_s"]
       roof = max(t_mem, t_fl)
-      row = dict(impl=impl, mla_kernel=mla_kernel, moe_k_chunk=moe_k_chunk if impl == "pallas" else None,
+      row = dict(impl=impl, layout=layout, mla_kernel=mla_kernel, moe_k_chunk=moe_k_chunk if impl == "pallas" else None,
                  context=ctx, T=t, N=n, mode="ar" if t == 1 else "verify",
                  routing=kind, layers=n_layers, moe_layers=args.moe_layers, time_s=med, times_s=all_t,
                  pipelined_s=pipelined,
@@ -490,7 +551,7 @@ def main(argv=None):
                  bound="memory" if t_mem >= t_fl else "compute", frac_roofline=roof / med,
                  frac_roofline_pipelined=roof / pipelined)
       rows.append(row)
-      print(f"{impl:6s} ({mla_kernel}) ctx {ctx:6d} T {t:4d} {kind:6s}: {med * 1e3:8.3f} ms "
+      print(f"{impl:6s} ({mla_kernel}, {layout}) ctx {ctx:6d} T {t:4d} {kind:6s}: {med * 1e3:8.3f} ms "
             f"(pipelined {pipelined * 1e3:8.3f}) "
             f"(compile {compile_s:5.1f} s) "
             f"experts/layer local {np.mean(local_distinct):5.1f} all {np.mean(total_distinct):5.1f}  "
@@ -525,7 +586,7 @@ def _write(path, d, args, ceil, init_s, rows, skipped, t_start):
                                                       expert_bytes=d.expert_bytes(),
                                                       attn_weight_bytes=d.attn_weight_bytes(),
                                                       cache_token_bytes=d.cache_token_bytes()),
-             ceilings=ceil, init_s=init_s, rows=rows, skipped=skipped,
+             ceilings=ceil, init_s=init_s, model_layout=MODEL_LAYOUT, rows=rows, skipped=skipped,
              elapsed_s=time.perf_counter() - t_start, argv=sys.argv[1:])
   write_json(path, doc)
 
@@ -533,10 +594,10 @@ def _write(path, d, args, ceil, init_s, rows, skipped, t_start):
 def print_table(rows, ceil, skipped):
   print(f"\nK2.6 one-GPU slice (1 dense + MoE layers, 8-way shard); ceilings copy "
         f"{ceil['copy_bytes_per_s'] / 1e12:.2f} TB/s, matmul {ceil['matmul_flops_per_s'] / 1e12:.0f} TFLOP/s")
-  print("| impl | ctx | T | routing | ms | pipelined ms | ms/layer | local experts/layer | MB moved | GFLOP | roofline ms | bound | frac |")
-  print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-  for r in sorted(rows, key=lambda r: (r["impl"], r["context"], r["T"], r["routing"])):
-    print(f"| {r['impl']} | {r['context']} | {r['T']} | {r['routing']} | {r['time_s'] * 1e3:.3f} | "
+  print("| impl | layout | ctx | T | routing | ms | pipelined ms | ms/layer | local experts/layer | MB moved | GFLOP | roofline ms | bound | frac |")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+  for r in sorted(rows, key=lambda r: (r["impl"], r.get("layout", ""), r["context"], r["T"], r["routing"])):
+    print(f"| {r['impl']} | {r.get('layout', MODEL_LAYOUT)} | {r['context']} | {r['T']} | {r['routing']} | {r['time_s'] * 1e3:.3f} | "
           f"{r.get('pipelined_s', float('nan')) * 1e3:.3f} | {r['time_s'] * 1e3 / r['layers']:.3f} | {np.mean(r['local_distinct']):.1f} | {r['bytes'] / 1e6:.0f} | "
           f"{r['flops'] / 1e9:.1f} | {r['roofline_s'] * 1e3:.3f} | {r['bound']} | {r['frac_roofline']:.2f} |")
   if skipped:

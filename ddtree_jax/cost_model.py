@@ -133,7 +133,9 @@ TIME_KEYS = {"pipelined": "pipelined_s", "blocking": "time_s"}
 
 def fit_slice(doc: dict, impl: str, shape: ModelShape = ModelShape()) -> Optional[SliceFit]:
   """Fits one kernel path's coefficients to the rows of a k26_slice JSON document (see slice_timing)."""
-  rows = [r for r in doc["rows"] if r["impl"] == impl]
+  # rows of the model's weight layout only (k26_slice.py --layouts may time others next to it)
+  model_layout = doc.get("model_layout", "kn")
+  rows = [r for r in doc["rows"] if r["impl"] == impl and r.get("layout", model_layout) == model_layout]
   if len(rows) < len(FEATURES):
     return None
   timing = slice_timing(rows)

@@ -25,3 +25,36 @@ def test_accounting_k26():
   assert (d.heads, d.experts, d.vocab) == (8, 48, 20480)
   assert abs(d.expert_bytes() - 24.8e6) < 0.1e6          # REFERENCE: 24.8 MB per INT4 expert
   assert d.attn_core_flops(257, 32768 - 257) * 8 == 2 * 257 * 64 * 32768 * 1088
+
+
+def test_weight_layouts_compute_the_same_forward():
+  """Every LAYOUTS entry stores the same weights differently: the slice's forward agrees with the model's layout."""
+  import jax
+  import numpy as np
+  import k26_slice as ks
+  d = ks.SMOKE
+  params = ks.init_params(jax.random.key(1), d, 1)
+  inv_freq, mult = ks.rope_tables(d)
+  rng = np.random.default_rng(0)
+  x, positions, cache_len, mask = ks.step_inputs(d, rng, 64, 5)
+  ids = jax.numpy.asarray(np.stack([ks.routing(rng, 5, d, "random")]))
+
+  def run(layout):
+    p = ks.relayout_params(params, layout)
+    fn = jax.jit(lambda p, c: ks.slice_forward(p, c, x, positions, cache_len, mask, ids, d=d, impl="xla",
+                                               inv_freq=inv_freq, rope_mult=mult))
+    argmax, caches = fn(p, ks.make_caches(d, 64, 5, 2))
+    return np.asarray(argmax), [np.asarray(c, np.float32) for pair in caches for c in pair]
+
+  base_argmax, base_caches = run(ks.MODEL_LAYOUT)
+  for layout in ks.LAYOUTS:
+    argmax, caches = run(layout)
+    assert (argmax == base_argmax).all(), layout
+    for a, b in zip(caches, base_caches):
+      np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2)
+  p = ks.relayout_params(params, "nk_qkv")
+  assert "qkv_a" in p["moe"][0]["attn"] and "q_a" not in p["moe"][0]["attn"]
+  assert p["moe"][0]["shared_gate_up_nk"].shape == (2 * d.shared_inter, d.hidden)
+  import pytest
+  with pytest.raises(ValueError, match="unknown layout"):
+    ks.relayout_params(params, "mn")

@@ -483,7 +483,6 @@ def main(argv=None):
   jax.block_until_ready(params_by_impl)
   init_s = time.perf_counter() - t0
   inv_freq, mult = rope_tables(d)
-  rng = np.random.default_rng(0)
   n_layers = 1 + args.moe_layers
   max_t = max(budgets) + 1
 
@@ -510,6 +509,7 @@ def main(argv=None):
       caches_by_ctx[ctx] = make_caches(d, ctx, max_t, n_layers)
     caches = caches_by_ctx[ctx]
     n = t - 1
+    rng = np.random.default_rng([ctx, t])   # the same tree and routing for every layout of this (ctx, T)
     x, positions, cache_len, mask = step_inputs(d, rng, ctx, t)
     fn = forward_program(d, impl, inv_freq, mult)
     sd = jax.ShapeDtypeStruct

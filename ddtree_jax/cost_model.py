@@ -102,6 +102,7 @@ class SliceFit:
   max_rel_err: float
   points: int
   timing: str = "blocking"   # which slice time was fitted: "blocking" (time_s) or "pipelined" (pipelined_s)
+  source: str = ""           # the slice JSON fitted (file, device, date)
 
   def slice_time(self, t, ctx, local_distinct_sum, layers=4, shape: ModelShape = ModelShape()):
     """Prediction for the benchmark's slice (for checking the fit)."""
@@ -136,8 +137,8 @@ def fit_slice(doc: dict, impl: str, shape: ModelShape = ModelShape()) -> Optiona
   # rows of the model's weight layout only (k26_slice.py --layouts may time others next to it)
   model_layout = doc.get("model_layout", "kn")
   rows = [r for r in doc["rows"] if r["impl"] == impl and r.get("layout", model_layout) == model_layout]
-  if len(rows) < len(FEATURES):
-    return None
+  if len(rows) < len(FEATURES) or len({r["T"] for r in rows}) < 3:
+    return None              # too few points, or too few token counts to separate c_token from c_expert
   timing = slice_timing(rows)
   per = doc["per_gpu"]
   ceil = doc["ceilings"]["copy_bytes_per_s"]
@@ -162,7 +163,8 @@ def fit_slice(doc: dict, impl: str, shape: ModelShape = ModelShape()) -> Optiona
   rate = per["expert_bytes"] / c[4] if c[4] > 0 else ceil
   return SliceFit(impl=impl, c_layer=float(c[0]), c_token=float(c[1]), c_attn_flop=float(c[2]), c_ctx=float(c[3]),
                   c_expert=float(c[4]), head_s=head_s, dense_extra_s=dense_extra_s, weight_rate=float(rate),
-                  rmse_s=rmse, max_rel_err=max_rel, points=len(rows), timing=timing)
+                  rmse_s=rmse, max_rel_err=max_rel, points=len(rows), timing=timing,
+                  source=f"{doc.get('device', '?')}, {doc.get('date', '?')}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,16 +234,29 @@ def load(path: str = DEFAULT_PATH, impl: str = "pallas", interconnect: str = "nv
                             "(run benchmarks/k26_slice.py on the GPU, then benchmarks/k26_projection.py --refit)") from None
   if impl not in doc["fits"]:
     raise ValueError(f"cost model {path}: no fit for impl {impl!r}; has {sorted(doc['fits'])}")
-  return CostModel(fit=SliceFit(**doc["fits"][impl]), interconnect=INTERCONNECTS[interconnect],
-                   source=doc.get("source", path))
+  fit = SliceFit(**doc["fits"][impl])
+  return CostModel(fit=fit, interconnect=INTERCONNECTS[interconnect], source=fit.source or doc.get("source", path))
 
 
 def fit_from_bench(bench_json: str, out_path: str = DEFAULT_PATH) -> list[SliceFit]:
+  """Refits every kernel path the slice JSON has enough rows for (fit_slice) and writes them to out_path; a path
+  it cannot fit keeps its fit from out_path's previous contents, if any (each fit records its own source)."""
   with open(bench_json) as fh:
     doc = json.load(fh)
-  fits = [f for f in (fit_slice(doc, impl) for impl in ("pallas", "xla")) if f is not None]
-  save(fits, out_path, source=f"{os.path.basename(bench_json)} ({doc['device']}, {doc['date']})",
-       ceilings=doc["ceilings"])
+  name = os.path.basename(bench_json)
+  fits = [dataclasses.replace(f, source=f"{name} ({f.source})")
+          for f in (fit_slice(doc, impl) for impl in ("pallas", "xla")) if f is not None]
+  if not fits:
+    raise ValueError(f"cost model: {bench_json} has too few rows to fit any kernel path (need >= {len(FEATURES)} "
+                     "rows of the model's layout over >= 3 token counts per path)")
+  kept = []
+  if os.path.exists(out_path):
+    with open(out_path) as fh:
+      old = json.load(fh)
+    refitted = {f.impl for f in fits}
+    kept = [SliceFit(**{"source": old.get("source", out_path), **v}) for k, v in old["fits"].items()
+            if k not in refitted]
+  save(fits + kept, out_path, source=f"{name} ({doc['device']}, {doc['date']})", ceilings=doc["ceilings"])
   return fits
 
 

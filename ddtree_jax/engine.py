@@ -111,6 +111,12 @@ def _bucket(n: int, step: int) -> int:
   return max(step, int(math.ceil(n / step)) * step)
 
 
+def _key_data(seed: int) -> np.ndarray:
+  """jax.random.key(seed)'s data on the host: the engine's seed contract is jax.random.key of the Python int
+  (which a jitted int32 argument would not reproduce for every int), and a host array can go to any mesh."""
+  return np.asarray(jax.random.key_data(jax.random.key(seed)))
+
+
 class Engine:
   """Runs a target (DeepseekV3) and optionally a DFlash drafter.
 
@@ -153,6 +159,7 @@ class Engine:
     # flattening the nnx parameter states took 2.1 ms per program lookup (three per generate) on the CPU
     # container with the embedded model, 0.08 ms this way (benchmarks/RESULTS.md, issue 6 thirteenth round).
     self._graphs_id = _graphs_id(self._t_graph, self._d_graph)
+    self._init_programs = {}   # init_state's compiled programs, by shape
     self._params_signature = _signature((self._t_params, self._d_params))
 
   # ---- the compiled pieces --------------------------------------------------------------------
@@ -187,15 +194,37 @@ class Engine:
                      feature_layers=tuple(d.target_layer_ids), sampling=sampling)
 
   def init_state(self, batch: int, capacity: int, out_width: int, max_rounds: int, seed: int,
-                 num_stop_ids: int = STOP_SLOTS) -> GenerationState:
-    build = lambda: self._init_state(batch, capacity, out_width, max_rounds, seed, num_stop_ids)
-    if self.mesh is None:
-      return build()
-    from ddtree_jax import sharding   # allocated in place, shard by shard (no full copy on one device)
-    shardings = sharding.state_shardings(jax.eval_shape(build), self.mesh, self.drafter_cfg)
-    return jax.jit(build, out_shardings=shardings)()
+                 num_stop_ids: int = STOP_SLOTS, *, max_new: int = 0, stop_ids: Optional[np.ndarray] = None,
+                 expected_width: int = 0) -> GenerationState:
+    """The empty state of a generation of `batch` requests (caches of `capacity` slots, `out_width` output slots,
+    `max_rounds` per-round counts): max_new_tokens `max_new` each, stop tokens `stop_ids` [batch, num_stop_ids]
+    (padded with -1; None: none), and an [batch, expected_width] expected-tokens table for --budget=auto (0: none).
+
+    One compiled program per shape, kept on the Engine: built eagerly it was ~30 small dispatches, ~22 ms of
+    every generate on the H200 (benchmarks/RESULTS.md, issue 6 fourteenth round). On a mesh the program
+    allocates the state in place, shard by shard (no full copy on one device)."""
+    shape = (batch, capacity, out_width, max_rounds, num_stop_ids, expected_width)
+    program = self._init_programs.get(shape)
+    if program is None:
+      def build(key_data, max_new_arr, stop_arr):
+        state = self._init_state(batch, capacity, out_width, max_rounds, jax.random.wrap_key_data(key_data),
+                                 num_stop_ids)
+        return dataclasses.replace(state, max_new=jnp.broadcast_to(max_new_arr, (batch,)), stop_ids=stop_arr,
+                                   expected=jnp.zeros((batch, expected_width)) if expected_width else None)
+      shardings = None
+      if self.mesh is not None:
+        from ddtree_jax import sharding
+        example = (_key_data(0), np.int32(0), np.zeros((batch, num_stop_ids), np.int32))
+        shardings = sharding.state_shardings(jax.eval_shape(build, *example), self.mesh, self.drafter_cfg)
+      program = self._init_programs[shape] = jax.jit(build, out_shardings=shardings)
+    if stop_ids is None:
+      stop_ids = np.full((batch, num_stop_ids), -1, np.int32)
+    if np.shape(stop_ids) != (batch, num_stop_ids):
+      raise ValueError(f"init_state: stop_ids has shape {np.shape(stop_ids)}, expected {(batch, num_stop_ids)}")
+    return program(_key_data(seed), np.int32(max_new), np.asarray(stop_ids, np.int32))
 
   def _init_state(self, batch, capacity, out_width, max_rounds, seed, num_stop_ids) -> GenerationState:
+    """The empty state's arrays (traced inside init_state's program). seed: an int or a PRNG key."""
     cfg = self.target_cfg
     cache = init_latent_cache(cfg.num_hidden_layers, batch, capacity, cfg.kv_lora_rank, cfg.qk_rope_head_dim,
                               self.cache_dtype)
@@ -203,8 +232,10 @@ class Engine:
     if self.drafter_cfg is not None:
       from ddtree_jax.drafter_cache import init_drafter_cache
       dcache = init_drafter_cache(self.drafter_cfg, batch, capacity, self.cache_dtype)
+    is_key = isinstance(seed, jax.Array) and jax.dtypes.issubdtype(seed.dtype, jax.dtypes.prng_key)
     state = GenerationState(
-        cache=cache, drafter_cache=dcache, bonus=jnp.zeros((batch,), jnp.int32), key=jax.random.key(seed),
+        cache=cache, drafter_cache=dcache, bonus=jnp.zeros((batch,), jnp.int32),
+        key=seed if is_key else jax.random.key(seed),
         out=jnp.zeros((batch, out_width), jnp.int32), out_len=jnp.zeros((batch,), jnp.int32),
         max_new=jnp.zeros((batch,), jnp.int32), done=jnp.zeros((batch,), bool),
         rounds=jnp.zeros((batch,), jnp.int32), per_round=jnp.zeros((batch, max_rounds), jnp.int32),
@@ -298,10 +329,9 @@ class Engine:
     plan.check_engine(self, batch=b, capacity=capacity, prompt_tokens=p_max, budget=spec.budget,
                       prefill_chunk=chunk)
     prompt_len = self._place(np.asarray([len(p) for p in prompts], np.int32))
-    state = self.init_state(b, capacity, out_width, _bucket(max_new_tokens + 1, 64), seed, num_stops)
-    state = self._place(dataclasses.replace(state, max_new=jnp.full((b,), max_new_tokens, jnp.int32),
-                                            stop_ids=jnp.asarray(stop_arr),
-                                            expected=None if auto is None else jnp.zeros((b, len(auto.candidates)))))
+    state = self.init_state(b, capacity, out_width, _bucket(max_new_tokens + 1, 64), seed, num_stops,
+                            max_new=max_new_tokens, stop_ids=stop_arr,
+                            expected_width=0 if auto is None else len(auto.candidates))
     chunks = [(self._place(tokens[:, i * chunk:(i + 1) * chunk]), self._place(np.full((b,), i * chunk, np.int32)))
               for i in range(n_chunks)]
     # Compile every program before the clock starts (the round takes a state of the same shapes).

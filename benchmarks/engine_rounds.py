@@ -1,8 +1,9 @@
 """Wall time per round of the engine on the embedded default model, and where the host spends it.
 
 Each mode:budget and each --rounds_per_call K generates every prompt at batch 1, once to compile, then --reps
-times; reports tokens/s and wall time per round (generate's wall time, median over the reps); the tokens must be
-the same for every K. With --trace_dir, one more generation of the first prompt runs under jax.profiler and its
+times; reports tokens/s and wall time per round (generate's wall time, median over the reps), and the time per
+round on the engine's own clock (prefill and rounds only: GenerationResult.tokens_per_s); the tokens must be the
+same for every K. With --trace_dir, one more generation of the first prompt runs under jax.profiler and its
 XSpace is copied to <trace_dir>/<mode>_<budget>_k<K>.xplane.pb: `xplane_timeline.py FILE --plane /host:CPU` lists the host's events by
 total time (the compiled call, argument parsing, XLA's command-buffer update and graph launch), and without
 --plane the device's kernels.
@@ -65,10 +66,13 @@ def main(argv=None):
 
       _, first = generate_all()                                 # compiles
       tokens = tokens or [r.token_ids for r in first]
-      times = []
+      times, inside = [], []
       for _ in range(a.reps):
         elapsed, res = generate_all()
         times.append(elapsed)
+        # the engine's own clock (GenerationResult.tokens_per_s): prefill and rounds, without the state's set-up,
+        # the program lookups and the results' read-back
+        inside.append(sum(len(r.token_ids) / r.tokens_per_s for r in res if r.tokens_per_s > 0))
         if [r.token_ids for r in res] != tokens:
           raise AssertionError(f"{mode} {budget} rounds_per_call {k}: the tokens differ from the first setting's")
       generated = sum(len(t) for t in tokens)
@@ -76,14 +80,16 @@ def main(argv=None):
       med = statistics.median(times)
       row = dict(mode=mode, budget=budget, rounds_per_call=k, prompts=len(prompts), generated=generated,
                  rounds=rounds, seconds=med, all_seconds=times, tokens_per_s=generated / med,
-                 ms_per_round=1e3 * med / rounds, tau=sum(sum(r.accepted_per_round) for r in first) / rounds)
+                 ms_per_round=1e3 * med / rounds, tau=sum(sum(r.accepted_per_round) for r in first) / rounds,
+                 engine_seconds=statistics.median(inside), engine_ms_per_round=1e3 * statistics.median(inside) / rounds)
       if a.trace_dir:
         where = os.path.join(a.trace_dir, f"{mode}_{budget}_k{k}")
         xplane_timeline.record(lambda: eng.generate(prompts[:1], mode=mode, budget=budget,
                                                     max_new_tokens=a.max_new_tokens, rounds_per_call=k), where)
       rows.append(row)
       print(f"{mode} N={budget} rounds_per_call {k}: {generated} tokens in {rounds} rounds (tau {row['tau']:.2f}), "
-            f"{row['tokens_per_s']:.0f} tok/s, {row['ms_per_round']:.3f} ms/round", flush=True)
+            f"{row['tokens_per_s']:.0f} tok/s, {row['ms_per_round']:.3f} ms/round "
+            f"(engine clock {row['engine_ms_per_round']:.3f})", flush=True)
   write_json(a.out, dict(device=jax.devices()[0].device_kind, backend=jax.default_backend(), dtype=a.dtype,
                          max_new_tokens=a.max_new_tokens, date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                          argv=sys.argv[1:], rows=rows))

@@ -177,9 +177,11 @@ def main(argv=None):
   ap.add_argument("--gap_us", type=float, default=40.0, help="device idle time that separates two calls")
   ap.add_argument("--top", type=int, default=25, help="kernels listed for the last call (by duration)")
   ap.add_argument("--plane", default="/device:GPU:0", help="the XPlane to read (/host:CPU: the host's events)")
+  ap.add_argument("--by_name", action="store_true", help="the device's kernels by name over the whole trace "
+                  "(count, total us), instead of per call")
   a = ap.parse_args(argv)
   path = find_trace(a.trace)
-  if not a.plane.startswith("/device:"):
+  if a.by_name or not a.plane.startswith("/device:"):
     rows = kernels(path, a.plane)
     print(f"{path}, plane {a.plane}: {len(rows)} events; by name (count, total us):")
     for name, count, total in by_name(rows)[:a.top]:

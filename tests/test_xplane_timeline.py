@@ -53,6 +53,8 @@ def test_synthetic_space_gives_the_kernels_calls_and_idle_time(tmp_path):
   assert xt.find_trace(str(tmp_path)) == str(path)
   with pytest.raises(ValueError, match="no events on plane"):
     xt.kernels(str(path), plane="/device:GPU:1")
+  assert xt.by_name(rows) == [("gemv_kernel", 2, 6.0), ("fusion_a", 2, 9.0)][::-1]
+  assert xt.main([str(path), "--by_name"]) == rows          # the device's kernels by name over the whole trace
 
 
 def test_a_real_cpu_trace_decodes(tmp_path):

@@ -1,0 +1,47 @@
+"""Exact top-k over the last axis in two stages: the top-k of each chunk of the axis, then the top-k of those
+candidates. Equal to `jax.lax.top_k` (values and indices, ties included: among equal values the lower index
+first), because every element of the overall top-k is in its chunk's top-k, the candidates keep chunk order, and
+lax.top_k breaks ties by position in both stages.
+
+Why: XLA lowers lax.top_k with k above its custom top-k kernel's range to a sort of the whole row, one thread
+block per row. The drafter's top-K over the vocabulary ([B, block - 1, V], K = min(N, V)) is a handful of rows,
+so the sort runs on a few SMs: 32 us a round on the H200 for [1, 15, 4096], K = 32 (issue 6 fourteenth round,
+call 7). Chunking makes B x 15 x V / chunk short rows first.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+
+def top_k(x: jax.Array, k: int, *, chunk: Optional[int] = None) -> tuple[jax.Array, jax.Array]:
+  """(values, int32 indices) of the k largest entries of x's last axis, as jax.lax.top_k(x, k).
+
+  chunk: entries per first-stage row (None: default_chunk). One stage (lax.top_k itself) when chunking does
+  not apply: chunk None / >= the axis, not dividing it, or smaller than k."""
+  v = x.shape[-1]
+  if not 1 <= k <= v:
+    raise ValueError(f"top_k: k = {k} must be in [1, {v}] (the last axis of x {x.shape})")
+  chunk = default_chunk(v, k) if chunk is None else chunk
+  if chunk is None or chunk >= v or v % chunk or chunk < k:
+    return jax.lax.top_k(x, k)
+  lead = x.shape[:-1]
+  n_chunks = v // chunk
+  vals, idx = jax.lax.top_k(x.reshape(*lead, n_chunks, chunk), k)             # [..., C, k] each
+  idx = idx + (jnp.arange(n_chunks, dtype=idx.dtype) * chunk)[:, None]
+  vals, pos = jax.lax.top_k(vals.reshape(*lead, n_chunks * k), k)             # candidates in chunk order
+  return vals, jnp.take_along_axis(idx.reshape(*lead, n_chunks * k), pos, axis=-1)
+
+
+def default_chunk(v: int, k: int, backend: Optional[str] = None) -> Optional[int]:
+  """The first stage's row length for a last axis of v entries and a top-k of k on `backend` (None: JAX's default
+  backend): None (one stage) for short rows and off the GPU (XLA's CPU top-k does not sort, and two stages were
+  slower there)."""
+  if (backend or jax.default_backend()) != "gpu" or v <= 1024:
+    return None
+  c = 512
+  while c < k:
+    c *= 2
+  return c if v % c == 0 and c < v else None

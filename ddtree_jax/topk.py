@@ -10,6 +10,7 @@ call 7). Chunking makes B x 15 x V / chunk short rows first.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import jax
@@ -24,10 +25,10 @@ def top_k(x: jax.Array, k: int, *, chunk: Optional[int] = None) -> tuple[jax.Arr
   v = x.shape[-1]
   if not 1 <= k <= v:
     raise ValueError(f"top_k: k = {k} must be in [1, {v}] (the last axis of x {x.shape})")
-  chunk = default_chunk(v, k) if chunk is None else chunk
+  lead = x.shape[:-1]
+  chunk = default_chunk(v, k, math.prod(lead)) if chunk is None else chunk
   if chunk is None or chunk >= v or v % chunk or chunk < k:
     return jax.lax.top_k(x, k)
-  lead = x.shape[:-1]
   n_chunks = v // chunk
   vals, idx = jax.lax.top_k(x.reshape(*lead, n_chunks, chunk), k)             # [..., C, k] each
   idx = idx + (jnp.arange(n_chunks, dtype=idx.dtype) * chunk)[:, None]
@@ -35,13 +36,19 @@ def top_k(x: jax.Array, k: int, *, chunk: Optional[int] = None) -> tuple[jax.Arr
   return vals, jnp.take_along_axis(idx.reshape(*lead, n_chunks * k), pos, axis=-1)
 
 
-def default_chunk(v: int, k: int, backend: Optional[str] = None) -> Optional[int]:
-  """The first stage's row length for a last axis of v entries and a top-k of k on `backend` (None: JAX's default
-  backend): None (one stage) for short rows and off the GPU (XLA's CPU top-k does not sort, and two stages were
-  slower there)."""
-  if (backend or jax.default_backend()) != "gpu" or v <= 1024:
+# Chunking pays for a few short-K rows (H200, issue 6 fourteenth round, call 8, us with a 7-11 us harness; lax.top_k
+# -> chunks of 512): [1, 15, 4096] K 8 / 32 / 64: 27 / 38 / 57 -> 16 / 23 / 19; [1, 15, 20480] (a K2.6 vocabulary
+# shard) 51 / 99 / 71 -> 30 / 35 / 45; [1, 15, 163840] K 8 / 32: 160 / 496 -> 122 / 171. Not at 120 rows
+# ([8, 15, 4096]: 27 / 39 / 44 -> 33 / 34 / 42) nor at K 256 (38 -> 28 at 4096, but 72 -> 86 at 20480).
+CHUNK = 512
+MAX_ROWS = 64
+MAX_K = 64
+
+
+def default_chunk(v: int, k: int, rows: int = 1, backend: Optional[str] = None) -> Optional[int]:
+  """The first stage's row length for `rows` rows of v entries and a top-k of k on `backend` (None: JAX's default
+  backend): CHUNK, or None (one stage) for long K, many rows, short rows, and off the GPU (XLA's CPU top-k does
+  not sort the row, and two stages were slower there)."""
+  if (backend or jax.default_backend()) != "gpu" or k > MAX_K or rows > MAX_ROWS or v <= 2 * CHUNK:
     return None
-  c = 512
-  while c < k:
-    c *= 2
-  return c if v % c == 0 and c < v else None
+  return CHUNK if v % CHUNK == 0 else None

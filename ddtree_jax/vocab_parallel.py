@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ddtree_jax import sharding as sh
+from ddtree_jax.topk import top_k
 
 AXIS = sh.MODEL
 
@@ -142,7 +143,7 @@ def top_k_logprobs(logits, k: int, mesh):
     m = jax.lax.pmax(jnp.max(x, axis=-1, keepdims=True), AXIS)
     shifted = x - m
     lp = shifted - jnp.log(jax.lax.psum(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True), AXIS))
-    v, i = jax.lax.top_k(lp, min(k, vl))
+    v, i = top_k(lp, min(k, vl))                                                # ddtree_jax/topk.py
     i = i.astype(jnp.int32) + _offset(vl)
     av = jax.lax.all_gather(v, AXIS, axis=x.ndim - 1, tiled=True)               # [..., n*k']
     ai = jax.lax.all_gather(i, AXIS, axis=x.ndim - 1, tiled=True)

@@ -25,9 +25,10 @@ def test_fallbacks_and_bad_k():
   for chunk in (None, 6, 5, 2):        # >= the axis, not dividing it, smaller than k: one stage
     v, i = top_k(x, 3, chunk=chunk)
     np.testing.assert_array_equal(np.asarray(i), [[5, 4, 3], [5, 4, 3]])
-  gpu = lambda v, k: default_chunk(v, k, backend="gpu")
-  assert gpu(4096, 32) == 512 and gpu(4096, 1024) == 1024 and gpu(512, 8) is None
-  assert gpu(163840, 32) == 512 and gpu(4096, 4096) is None and default_chunk(4096, 32, backend="cpu") is None
+  gpu = lambda v, k, rows=15: default_chunk(v, k, rows, backend="gpu")
+  assert gpu(4096, 32) == 512 and gpu(20480, 64) == 512 and gpu(163840, 8) == 512
+  assert gpu(4096, 256) is None and gpu(1024, 8) is None and gpu(4096, 32, rows=120) is None
+  assert gpu(4100, 8) is None and default_chunk(4096, 32, 15, backend="cpu") is None
   with pytest.raises(ValueError, match=r"k = 7 must be in \[1, 6\]"):
     top_k(x, 7)
 
@@ -39,3 +40,29 @@ def test_benchmark_smoke(tmp_path):
   import topk_forms
   rows = topk_forms.main(["--smoke", "--out", str(tmp_path / "t.json")])
   assert {r["form"] for r in rows} >= {"lax.top_k", "chunk 256"} and all(r["seconds"] > 0 for r in rows)
+
+
+def test_engine_tokens_are_the_same_with_two_stages(monkeypatch):
+  """The drafter's top-K through two stages (forced here on the CPU, where default_chunk keeps one) gives the
+  engine the same drafts, so the same tokens and the same accepted lengths per round."""
+  from flax import nnx
+
+  import ddtree_jax.engine as engine_module
+  import ddtree_jax.topk as topk_module
+  from configs.tiny import tiny, tiny_drafter
+  from ddtree_jax.model.deepseek import DeepseekV3
+  from ddtree_jax.model.dflash import DFlashDrafter
+  cfg = tiny(stop_token_ids=())
+  dcfg = tiny_drafter(cfg, block_size=8)
+  make = lambda: engine_module.Engine(DeepseekV3(cfg, dtype=jnp.float32, rngs=nnx.Rngs(0)), cfg,
+                                      DFlashDrafter(dcfg, dtype=jnp.float32, rngs=nnx.Rngs(1)), dcfg)
+  prompts = [[1, 2, 3, 4], [5, 6]]
+  ref = make().generate(prompts, mode="ddtree", budget=9, max_new_tokens=12)
+  chunk = cfg.vocab_size // 4
+  calls = []
+  monkeypatch.setattr(topk_module, "default_chunk",
+                      lambda v, k, rows=1, backend=None: calls.append((v, k)) or (chunk if k <= chunk < v else None))
+  monkeypatch.setattr(engine_module, "_COMPILED", {})     # compile the round again, with the two stages
+  two = make().generate(prompts, mode="ddtree", budget=9, max_new_tokens=12)
+  assert (cfg.vocab_size, 9) in calls
+  assert [(r.token_ids, r.accepted_per_round) for r in two] == [(r.token_ids, r.accepted_per_round) for r in ref]

@@ -17,6 +17,7 @@ from ddtree_jax.sampling import SamplingParams, choose_tokens
 from ddtree_jax.spec.state import GenerationState, emit_tokens
 from ddtree_jax.spec.tree import build_tree
 from ddtree_jax.spec.verify import walk_tree
+from ddtree_jax.topk import top_k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +84,8 @@ def draft_distributions(target, drafter, state: GenerationState, spec: RoundSpec
     return vocab_parallel.top_k_logprobs(logits, spec.topk, target.mesh)
   from ddtree_jax import sharding     # top_k per data group (XLA would gather the [B, L, V] logits over "data")
   logp = jax.nn.log_softmax(logits, axis=-1)
-  return sharding.per_data_group(lambda lp: jax.lax.top_k(lp, spec.topk), getattr(target, "mesh", None), logp)
+  # top_k: lax.top_k's result, in two stages where that is faster (ddtree_jax/topk.py: GPU, few rows)
+  return sharding.per_data_group(lambda lp: top_k(lp, spec.topk), getattr(target, "mesh", None), logp)
 
 
 def speculative_round(target, drafter, state: GenerationState, spec: RoundSpec) -> GenerationState:

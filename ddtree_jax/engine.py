@@ -287,6 +287,9 @@ class Engine:
     if rounds_per_call > 1 and budget == "auto":
       raise ValueError(f"rounds_per_call={rounds_per_call}: budget 'auto' picks every round's program from the "
                        "previous round, so it runs one round per call (use rounds_per_call=1)")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+      raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r} (jax.random.key keeps its low 32 "
+                       "bits, so a larger seed would silently repeat a smaller one's samples)")
     if not prompts:
       raise ValueError("no prompts given")
     for i, p in enumerate(prompts):

@@ -56,6 +56,7 @@ def test_generate_json_all_modes_agree(dirs, tmp_path):
     ("--prefill_chunk=-1", "--prefill_chunk=-1: must be >= 0"),
     ("--moe_layout=k_chunks", "moe_layout 'k_chunks' needs INT4 experts with hidden_size (64)"),
     ("--rounds_per_call=0", "--rounds_per_call"),
+    ("--seed=4294967296", "--seed=4294967296"),
     ("--budget=auto --rounds_per_call=2", "rounds_per_call=2: budget 'auto'"),
 ])
 def test_bad_flags_exit_nonzero_with_message(dirs, flag, message):

@@ -171,6 +171,9 @@ def test_bad_arguments_are_refused(cfgs):
     dflash.generate([[3, 4]], sampling=SamplingParams(temperature=1.0, top_p=0.0))
   with pytest.raises(ValueError, match="outside the vocabulary"):
     dflash.generate([[3, cfg.vocab_size]], mode="ar")
+  for seed in (-1, 2**32, 1.5, True):
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
+      dflash.generate([[3, 4]], mode="ar", seed=seed)
   with pytest.raises(ValueError, match="max_position_embeddings"):
     dflash.generate([[3] * (cfg.max_position_embeddings - 4)], mode="ar", max_new_tokens=8)
   with pytest.raises(ConfigError, match="vocab_size"):

@@ -27,11 +27,30 @@ import jax.numpy as jnp
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import xplane_timeline  # noqa: E402
+import ddtree_jax.engine as engine_module  # noqa: E402
+import ddtree_jax.topk as topk_module  # noqa: E402
 from ddtree_jax.engine import Engine  # noqa: E402
 from ddtree_jax.train import pipeline  # noqa: E402
 from ddtree_jax.train.common import write_json  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+_TOPK_DEFAULT_CHUNK = topk_module.default_chunk
+
+
+def _one_stage(v, k, rows=1, backend=None):
+  """default_chunk's stand-in for --topk_stages one: never chunk (lax.top_k itself)."""
+  return None
+
+
+def use_topk_stages(stages: str):
+  """The drafter's top-K as ddtree_jax/topk.py chooses ("auto") or lax.top_k everywhere ("one"); the engine's
+  compiled programs are dropped whenever the setting changes, so the next call traces it."""
+  want = _TOPK_DEFAULT_CHUNK if stages == "auto" else _one_stage
+  if topk_module.default_chunk is not want:
+    topk_module.default_chunk = want
+    engine_module._COMPILED.clear()
 
 
 def main(argv=None):
@@ -47,7 +66,13 @@ def main(argv=None):
   ap.add_argument("--dtype", default="bfloat16")
   ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "engine_rounds.json"))
   ap.add_argument("--trace_dir", default=None, help="also trace one generation per run with jax.profiler")
+  ap.add_argument("--topk_stages", default="auto",
+                  help="the drafter's top-K: auto (ddtree_jax/topk.py's choice), one (lax.top_k everywhere), or "
+                       "both, e.g. auto,one (an A/B in one process; the tokens must agree)")
   a = ap.parse_args(argv)
+  stage_settings = [v for v in a.topk_stages.split(",") if v]
+  if not stage_settings or set(stage_settings) - {"auto", "one"}:
+    raise SystemExit(f"engine_rounds: --topk_stages {a.topk_stages!r}: expected auto, one or both")
   target, cfg, drafter, dcfg, tok = pipeline.load_pair(a.target, a.drafter, dtype=jnp.dtype(a.dtype))
   eng = Engine(target, cfg, drafter, dcfg)
   with open(a.prompts) as fh:
@@ -57,7 +82,8 @@ def main(argv=None):
     mode, budget = run.split(":")
     budget = int(budget)
     tokens = None
-    for k in [int(v) for v in a.rounds_per_call.split(",")]:
+    for stages, k in [(st, int(v)) for st in stage_settings for v in a.rounds_per_call.split(",")]:
+      use_topk_stages(stages)
       def generate_all():
         t0 = time.perf_counter()
         res = [eng.generate([p], mode=mode, budget=budget, max_new_tokens=a.max_new_tokens, rounds_per_call=k)[0]
@@ -74,20 +100,21 @@ def main(argv=None):
         # the program lookups and the results' read-back
         inside.append(sum(len(r.token_ids) / r.tokens_per_s for r in res if r.tokens_per_s > 0))
         if [r.token_ids for r in res] != tokens:
-          raise AssertionError(f"{mode} {budget} rounds_per_call {k}: the tokens differ from the first setting's")
+          raise AssertionError(f"{mode} {budget} rounds_per_call {k} top-K {stages}: the tokens differ from the "
+                               "first setting's")
       generated = sum(len(t) for t in tokens)
       rounds = sum(r.rounds for r in first)
       med = statistics.median(times)
-      row = dict(mode=mode, budget=budget, rounds_per_call=k, prompts=len(prompts), generated=generated,
+      row = dict(mode=mode, budget=budget, rounds_per_call=k, topk_stages=stages, prompts=len(prompts), generated=generated,
                  rounds=rounds, seconds=med, all_seconds=times, tokens_per_s=generated / med,
                  ms_per_round=1e3 * med / rounds, tau=sum(sum(r.accepted_per_round) for r in first) / rounds,
                  engine_seconds=statistics.median(inside), engine_ms_per_round=1e3 * statistics.median(inside) / rounds)
       if a.trace_dir:
-        where = os.path.join(a.trace_dir, f"{mode}_{budget}_k{k}")
+        where = os.path.join(a.trace_dir, f"{mode}_{budget}_k{k}" + ("" if stages == "auto" else f"_{stages}"))
         xplane_timeline.record(lambda: eng.generate(prompts[:1], mode=mode, budget=budget,
                                                     max_new_tokens=a.max_new_tokens, rounds_per_call=k), where)
       rows.append(row)
-      print(f"{mode} N={budget} rounds_per_call {k}: {generated} tokens in {rounds} rounds (tau {row['tau']:.2f}), "
+      print(f"{mode} N={budget} rounds_per_call {k} top-K {stages}: {generated} tokens in {rounds} rounds (tau {row['tau']:.2f}), "
             f"{row['tokens_per_s']:.0f} tok/s, {row['ms_per_round']:.3f} ms/round "
             f"(engine clock {row['engine_ms_per_round']:.3f})", flush=True)
   write_json(a.out, dict(device=jax.devices()[0].device_kind, backend=jax.default_backend(), dtype=a.dtype,

@@ -3,7 +3,8 @@
 Each mode:budget and each --rounds_per_call K generates every prompt at batch 1, once to compile, then --reps
 times; reports tokens/s and wall time per round (generate's wall time, median over the reps), and the time per
 round on the engine's own clock (prefill and rounds only: GenerationResult.tokens_per_s); the tokens must be the
-same for every K. With --trace_dir, one more generation of the first prompt runs under jax.profiler and its
+same for every K (and every --topk_stages setting: "auto,one" times the drafter's two-stage top-K of
+ddtree_jax/topk.py against lax.top_k in one process). With --trace_dir, one more generation of the first prompt runs under jax.profiler and its
 XSpace is copied to <trace_dir>/<mode>_<budget>_k<K>.xplane.pb: `xplane_timeline.py FILE --plane /host:CPU` lists the host's events by
 total time (the compiled call, argument parsing, XLA's command-buffer update and graph launch), and without
 --plane the device's kernels.

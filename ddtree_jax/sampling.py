@@ -8,6 +8,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from ddtree_jax.topk import top_k
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
@@ -34,7 +36,7 @@ def filtered_logits(logits, params: SamplingParams):
   x = logits.astype(jnp.float32) / params.temperature
   v = x.shape[-1]
   if params.top_k and params.top_k < v:
-    kth = jax.lax.top_k(x, params.top_k)[0][..., -1:]
+    kth = top_k(x, params.top_k)[0][..., -1:]                 # lax.top_k's values (ddtree_jax/topk.py)
     x = jnp.where(x < kth, -jnp.inf, x)
   if params.top_p < 1.0:
     sorted_x = jnp.sort(x, axis=-1)[..., ::-1]

@@ -6,7 +6,8 @@ lax.top_k breaks ties by position in both stages.
 Why: on the GPU, XLA ran the drafter's top-K over the vocabulary ([B, block - 1, V], K = min(N, V)) as one sort
 kernel over those few long rows: 32 us of a ~0.9-ms DDTree round of the embedded model on the H200 for
 [1, 15, 4096], K = 32 (issue 6 fourteenth round, call 7's trace). Chunking first makes B x 15 x V / chunk short
-rows, which spread over the chip (call 8: 38 -> 23 us with the harness; see default_chunk).
+rows, which spread over the chip (call 8: 38 -> 23 us with the harness; see default_chunk). The sampling filter's
+top-k (sampling.filtered_logits, vocab_parallel) goes through here too.
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ddtree_jax import sharding as sh
-from ddtree_jax.topk import top_k
+from ddtree_jax import topk
 
 AXIS = sh.MODEL
 
@@ -69,7 +69,7 @@ def _filter_local(x, temperature: float, top_k: int, top_p: float, vocab: int):
   x = x.astype(jnp.float32) / temperature
   vl = x.shape[-1]
   if top_k and top_k < vocab:
-    local = jax.lax.top_k(x, min(top_k, vl))[0]                                # [..., k']
+    local = topk.top_k(x, min(top_k, vl))[0]                                   # [..., k'] (as lax.top_k)
     cands = jax.lax.all_gather(local, AXIS, axis=x.ndim - 1, tiled=True)      # [..., n*k']
     kth = jax.lax.top_k(cands, top_k)[0][..., -1:]
     x = jnp.where(x < kth, -jnp.inf, x)
@@ -143,7 +143,7 @@ def top_k_logprobs(logits, k: int, mesh):
     m = jax.lax.pmax(jnp.max(x, axis=-1, keepdims=True), AXIS)
     shifted = x - m
     lp = shifted - jnp.log(jax.lax.psum(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True), AXIS))
-    v, i = top_k(lp, min(k, vl))                                                # ddtree_jax/topk.py
+    v, i = topk.top_k(lp, min(k, vl))                                           # lax.top_k's result
     i = i.astype(jnp.int32) + _offset(vl)
     av = jax.lax.all_gather(v, AXIS, axis=x.ndim - 1, tiled=True)               # [..., n*k']
     ai = jax.lax.all_gather(i, AXIS, axis=x.ndim - 1, tiled=True)

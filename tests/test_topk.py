@@ -43,8 +43,9 @@ def test_benchmark_smoke(tmp_path):
 
 
 def test_engine_tokens_are_the_same_with_two_stages(monkeypatch):
-  """The drafter's top-K through two stages (forced here on the CPU, where default_chunk keeps one) gives the
-  engine the same drafts, so the same tokens and the same accepted lengths per round."""
+  """The drafter's top-K and the sampling filter's top-k through two stages (forced here on the CPU, where
+  default_chunk keeps one) give the engine the same drafts and samples: the same tokens, the same accepted
+  lengths per round."""
   from flax import nnx
 
   import ddtree_jax.engine as engine_module
@@ -56,13 +57,18 @@ def test_engine_tokens_are_the_same_with_two_stages(monkeypatch):
   dcfg = tiny_drafter(cfg, block_size=8)
   make = lambda: engine_module.Engine(DeepseekV3(cfg, dtype=jnp.float32, rngs=nnx.Rngs(0)), cfg,
                                       DFlashDrafter(dcfg, dtype=jnp.float32, rngs=nnx.Rngs(1)), dcfg)
+  from ddtree_jax.sampling import SamplingParams
   prompts = [[1, 2, 3, 4], [5, 6]]
+  sampled = dict(mode="ddtree", budget=9, max_new_tokens=12, sampling=SamplingParams(1.0, 1.0, 5), seed=3)
   ref = make().generate(prompts, mode="ddtree", budget=9, max_new_tokens=12)
+  ref_sampled = make().generate(prompts, **sampled)     # the top-5 filter of sampling.filtered_logits too
   chunk = cfg.vocab_size // 4
   calls = []
   monkeypatch.setattr(topk_module, "default_chunk",
                       lambda v, k, rows=1, backend=None: calls.append((v, k)) or (chunk if k <= chunk < v else None))
   monkeypatch.setattr(engine_module, "_COMPILED", {})     # compile the round again, with the two stages
   two = make().generate(prompts, mode="ddtree", budget=9, max_new_tokens=12)
-  assert (cfg.vocab_size, 9) in calls
+  two_sampled = make().generate(prompts, **sampled)
+  assert (cfg.vocab_size, 9) in calls and (cfg.vocab_size, 5) in calls
   assert [(r.token_ids, r.accepted_per_round) for r in two] == [(r.token_ids, r.accepted_per_round) for r in ref]
+  assert [r.token_ids for r in two_sampled] == [r.token_ids for r in ref_sampled]

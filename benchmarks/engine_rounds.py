@@ -4,10 +4,10 @@ Each mode:budget and each --rounds_per_call K generates every prompt at batch 1,
 times; reports tokens/s and wall time per round (generate's wall time, median over the reps), and the time per
 round on the engine's own clock (prefill and rounds only: GenerationResult.tokens_per_s); the tokens must be the
 same for every K (and every --topk_stages setting: "auto,one" times the drafter's two-stage top-K of
-ddtree_jax/topk.py against lax.top_k in one process). With --trace_dir, one more generation of the first prompt runs under jax.profiler and its
-XSpace is copied to <trace_dir>/<mode>_<budget>_k<K>.xplane.pb: `xplane_timeline.py FILE --plane /host:CPU` lists the host's events by
-total time (the compiled call, argument parsing, XLA's command-buffer update and graph launch), and without
---plane the device's kernels.
+ddtree_jax/topk.py against lax.top_k in one process). With --trace_dir, one more generation of the first prompt
+runs under jax.profiler and its XSpace is copied to <trace_dir>/<mode>_<budget>_k<K>.xplane.pb:
+`xplane_timeline.py FILE --plane /host:CPU` lists the host's events by total time (the compiled call, argument
+parsing, XLA's command-buffer update and graph launch), and without --plane the device's kernels.
 
   PYTHONPATH=. python3 benchmarks/engine_rounds.py --out $OUT/engine_rounds.json --trace_dir $OUT/trace
 (GPU; it runs on the CPU too.) Issue 6's thirteenth round ran this script under its former name, run_ahead.py
@@ -106,8 +106,8 @@ def main(argv=None):
       generated = sum(len(t) for t in tokens)
       rounds = sum(r.rounds for r in first)
       med = statistics.median(times)
-      row = dict(mode=mode, budget=budget, rounds_per_call=k, topk_stages=stages, prompts=len(prompts), generated=generated,
-                 rounds=rounds, seconds=med, all_seconds=times, tokens_per_s=generated / med,
+      row = dict(mode=mode, budget=budget, rounds_per_call=k, topk_stages=stages, prompts=len(prompts),
+                 generated=generated, rounds=rounds, seconds=med, all_seconds=times, tokens_per_s=generated / med,
                  ms_per_round=1e3 * med / rounds, tau=sum(sum(r.accepted_per_round) for r in first) / rounds,
                  engine_seconds=statistics.median(inside), engine_ms_per_round=1e3 * statistics.median(inside) / rounds)
       if a.trace_dir:
@@ -115,7 +115,8 @@ def main(argv=None):
         xplane_timeline.record(lambda: eng.generate(prompts[:1], mode=mode, budget=budget,
                                                     max_new_tokens=a.max_new_tokens, rounds_per_call=k), where)
       rows.append(row)
-      print(f"{mode} N={budget} rounds_per_call {k} top-K {stages}: {generated} tokens in {rounds} rounds (tau {row['tau']:.2f}), "
+      print(f"{mode} N={budget} rounds_per_call {k} top-K {stages}: {generated} tokens in {rounds} rounds "
+            f"(tau {row['tau']:.2f}), "
             f"{row['tokens_per_s']:.0f} tok/s, {row['ms_per_round']:.3f} ms/round "
             f"(engine clock {row['engine_ms_per_round']:.3f})", flush=True)
   write_json(a.out, dict(device=jax.devices()[0].device_kind, backend=jax.default_backend(), dtype=a.dtype,

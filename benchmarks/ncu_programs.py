@@ -12,7 +12,8 @@ reduction included. This says which kernels a program launches and how long each
      Sections beyond that one metric (--section ...) make ncu replay each kernel ~18 times, saving and restoring
      the device memory in use (the MoE programs hold ~2.5 GB of experts) around every pass: tens of seconds a
      kernel.
-     Narrow them with -k regex:NAME and -c COUNT (issue 6 twelfth round, call 2: a 200-s limit ran out after 3).
+     Narrow them with -k regex:NAME and -c COUNT (issue 6 twelfth round, call 2: a 200-s limit ran out after 3),
+     and shrink the MoE inputs with --moe_experts (8 experts: ~0.4 GB).
   2. table (anywhere): the last run of each program, kernel by kernel.
        python3 benchmarks/ncu_programs.py table $OUT/ncu.csv --programs $OUT/ncu_programs.json
 
@@ -51,9 +52,11 @@ def _marker(name):
   return jax.jit(pl.pallas_call(body, out_shape=jax.ShapeDtypeStruct((16,), jnp.float32), name=name))
 
 
-def programs(mla_shapes, moe_tokens, gemv_kwargs=()):
+def programs(mla_shapes, moe_tokens, gemv_kwargs=(), moe_experts=48, moe_stored=True):
   """[(label, fn, args)] for the shapes asked for; gemv_kwargs: for each dict also pallas_gemv's kernels with
-  those options at each MoE token count (k-chunked experts)."""
+  those options at each MoE token count (k-chunked experts). moe_experts: local experts in the MoE inputs (K2.6's
+  shard: 48; fewer keep ncu's save and restore of device memory around each replayed pass short); moe_stored: also
+  the dispatch on the stored layout."""
   import kernels as kb
   import mla_decode_parts
   from custom_calls.moe_int4 import KERNEL_K_CHUNK, experts_to_k_chunks, routed_experts_int4
@@ -64,14 +67,15 @@ def programs(mla_shapes, moe_tokens, gemv_kwargs=()):
     for name, fn in mla_decode_parts.programs(t * h, interp=False):
       out.append((f"mla {b}x{t}x{h}x{s} {name}", fn, args))
   if moe_tokens:
-    e, d, inter = 48, 7168, 2048
+    e, d, inter = moe_experts, 7168, 2048
     stored = kb.moe_inputs(0, 1, e, d, inter)[3:]
     chunked = jax.block_until_ready(experts_to_k_chunks(stored, KERNEL_K_CHUNK))
     fn = functools.partial(routed_experts_int4, expert_offset=0, impl="auto")
     for m in moe_tokens:
       tokens = kb.moe_inputs(m + 1, m, e, d, inter)[:3]
       out.append((f"moe {m} tokens k-chunked", fn, tokens + tuple(chunked)))
-      out.append((f"moe {m} tokens stored", fn, tokens + tuple(stored)))
+      if moe_stored:
+        out.append((f"moe {m} tokens stored", fn, tokens + tuple(stored)))
       for kw in gemv_kwargs:
         gemv = functools.partial(routed_experts_int4_gemv, expert_offset=0, **kw)
         out.append((f"moe {m} tokens gemv {json.dumps(kw, sort_keys=True)}", gemv, tokens + tuple(chunked)))
@@ -111,17 +115,17 @@ def slice_programs(specs, moe_layers, hlo_dir=None, smoke=False):
 
 
 def drive(mla_shapes, moe_tokens, programs_json, gemv_kwargs=(), slices=(), slice_moe_layers=1, hlo_dir=None,
-          time_reps=0):
-  """Run every program RUNS times between markers. time_reps > 0 (a run outside ncu): also print the median of
+          time_reps=0, moe_experts=48, moe_stored=True, runs=RUNS):
+  """Run every program `runs` times between markers. time_reps > 0 (a run outside ncu): also print the median of
   that many blocking calls of each program, ms."""
   progs = [(label, functools.partial(jax.jit(fn), *args))
-           for label, fn, args in programs(mla_shapes, moe_tokens, gemv_kwargs)]
+           for label, fn, args in programs(mla_shapes, moe_tokens, gemv_kwargs, moe_experts, moe_stored)]
   progs += slice_programs(slices, slice_moe_layers, hlo_dir) if slices else []
   labels = []
   for i, (label, call) in enumerate(progs):
     jax.block_until_ready(call())                                   # compile (and autotune) outside the marks
     x = jnp.zeros((16,), jnp.float32) + i
-    for r in range(RUNS):
+    for r in range(runs):
       jax.block_until_ready(_marker(f"{MARK}{i}_{r}")(x))
       jax.block_until_ready(call())
       jax.block_until_ready(_marker(f"{MARK}end")(x))
@@ -190,6 +194,11 @@ def main(argv=None):
   d = sub.add_parser("drive")
   d.add_argument("--mla", default="", help="B,T,H,ctx;...")
   d.add_argument("--moe", default="", help="token counts, e.g. 1,2,4,8")
+  d.add_argument("--moe_experts", type=int, default=48,
+                 help="local experts of the MoE inputs (48: K2.6's shard; fewer for ncu sections, see drive)")
+  d.add_argument("--no_moe_stored", action="store_true", help="leave out the MoE dispatch on the stored layout")
+  d.add_argument("--runs", type=int, default=RUNS,
+                 help="runs of each program (1 keeps ncu sections short; `table` reads the last of the default 3)")
   d.add_argument("--gemv_kwargs", default="[]",
                  help='JSON list of pallas_gemv option dicts, e.g. \'[{"prefetch": 1}]\' (each at every --moe count)')
   d.add_argument("--slice", default="", help="ctx,T;... : forwards of the K2.6 one-GPU slice (k26_slice.py)")
@@ -205,7 +214,8 @@ def main(argv=None):
     shapes = [tuple(int(v) for v in s.split(",")) for s in a.mla.split(";") if s]
     tokens = [int(v) for v in a.moe.split(",") if v]
     slices = [tuple(int(v) for v in s.split(",")) for s in a.slice.split(";") if s]
-    drive(shapes, tokens, a.programs, json.loads(a.gemv_kwargs), slices, a.slice_moe_layers, a.hlo_dir, a.time_reps)
+    drive(shapes, tokens, a.programs, json.loads(a.gemv_kwargs), slices, a.slice_moe_layers, a.hlo_dir, a.time_reps,
+          a.moe_experts, not a.no_moe_stored, a.runs)
   else:
     table(a.report, a.programs)
 

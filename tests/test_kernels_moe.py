@@ -197,6 +197,23 @@ def test_gemv_prefetch_gives_the_same_bits(prefetch, opts, chunk):
   assert rel_err(ahead, reference_f32(x, ids, w, stored, 3)) < 1e-5
 
 
+@pytest.mark.parametrize("n,opts", [
+    (1, dict(block_k=128)),                                   # token order: both kernels' pair loops unrolled
+    (3, dict(block_k=128, pair_splits=3)),                    # compacted visits; the down kernel's top-k unrolled
+    (2, dict(block_k=128, sort_pairs=True, rows_per_run=2)),  # sorted runs: nothing to unroll, same path
+])
+def test_gemv_unrolled_pairs_give_the_same_bits(n, opts):
+  """Visiting the pairs in straight-line code changes when the expert ids are loaded, not what is summed."""
+  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+  x, ids, w, experts = make_inputs(23, n, 3, 12, 6, 512, 256, jnp.float32)
+  ids = ids.at[0, 1].set(ids[0, 0])                         # a token routed twice to one expert
+  assert np.any((np.asarray(ids) >= 3) & (np.asarray(ids) < 9)), "the test needs local pairs (experts 3..8)"
+  looped = routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, unroll_pairs=False, **opts)
+  unrolled = routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, unroll_pairs=True, **opts)
+  np.testing.assert_array_equal(np.asarray(unrolled), np.asarray(looped))
+  assert rel_err(unrolled, reference_f32(x, ids, w, experts, 3)) < 1e-5
+
+
 def test_gemv_rejects_bad_options():
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
   x, ids, w, experts = make_inputs(3, 2, 2, 4, 4, 256, 256, jnp.float32)

@@ -152,7 +152,7 @@ def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_lo
 
 
 def _gate_up_kernel(*refs, in_token_order, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
-                    pair_splits, prefetch):
+                    pair_splits, prefetch, unroll_pairs):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -190,11 +190,17 @@ def _gate_up_kernel(*refs, in_token_order, top_k, num_local, rows_per_run, block
         plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
     return i + (length if pair_splits == 1 else pair_splits)      # pair_splits > 1: runs of one pair
 
-  lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
+  if unroll_pairs:
+    # In token order with runs of one pair: every position in straight-line code, so the P expert ids are
+    # independent loads issued together instead of one dependent load per trip of the loop.
+    for i in range(count):
+      visit(jnp.int32(i))
+  else:
+    lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
 
 
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                       block_k, group_size, pair_splits, prefetch):
+                       block_k, group_size, pair_splits, prefetch, unroll_pairs):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
   for tokens t = s, s + S, ..., summed in registers and written once per token (no zero-fill, no atomics).
 
@@ -214,7 +220,12 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
         return acc + wts_ref[p] * y
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
-    acc = lax.fori_loop(0, top_k, pair, jnp.zeros((block_n,), jnp.float32))
+    acc = jnp.zeros((block_n,), jnp.float32)
+    if unroll_pairs:                       # straight-line code (the Triton lowering has no unrolled fori_loop)
+      for k in range(top_k):
+        acc = pair(k, acc)
+    else:
+      acc = lax.fori_loop(0, top_k, pair, acc)
     out_ref[t, pl.ds(n0, block_n)] = acc.astype(out_ref.dtype)
     return t + pair_splits
 
@@ -222,10 +233,11 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
-                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch):
+                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch,
+                        unroll_pairs):
   """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
   atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
-  del out0_ref
+  del out0_ref, unroll_pairs                     # sorted visits have a dynamic count
   n0 = pl.program_id(0) * block_n
   chunks = hp_ref.shape[1] // block_k
   count = count_ref[0]
@@ -250,19 +262,19 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
 
 def default_gemv_blocks(num_tokens):
   """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs, rows_per_run, pair_splits,
-  prefetch) for the K2.6 shard (D 7168, I 2048): at least ~4 programs per SM at one token (2048 / 4 = 512
-  gate/up tiles).
+  prefetch, unroll_pairs) for the K2.6 shard (D 7168, I 2048): at least ~4 programs per SM at one token
+  (2048 / 4 = 512 gate/up tiles).
   Above GEMV_MAX_TOKENS the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms,
-  grouped 0.61)."""
+  grouped 0.61; at 8 tokens in round 15 call 4 the grouped 0.105 ms against this path's best 0.111)."""
   if num_tokens <= 8:
-    # H200, sixth round (queued samples): 8 warps with the pairs split num_tokens ways, against 8 warps
-    # unsplit: 2 tokens 0.039 vs 0.043 ms, 4 tokens 0.070 vs 0.085, 8 tokens 0.124 vs 0.157
-    # (1 token, fifth round: 8 warps 0.033 ms, 4 warps 0.041, block_n 8 0.055).
-    # prefetch (twelfth round, k-chunked): 1 token 0.0232 / 0.0233 ms with 1 against 0.0265 / 0.0241 with 0
-    # (calls 1 / 3; 2: 0.027, 80 registers, so fewer programs resident); 2 / 4 / 8 tokens (call 1)
-    # 0.040 / 0.072 / 0.124 with 1 against 0.039 / 0.068 / 0.119 with 0, so only one token loads ahead.
-    return 4, 8, 1024, 8, 2, False, 1, num_tokens, 1 if num_tokens == 1 else 0
-  return 4, 8, 1024, 4, 2, True, 2, 1, 0
+    # H200, k-chunked experts, us (benchmarks/RESULTS.md, issue 6 fifteenth round, calls 3-4): 4 warps with the
+    # pairs unrolled against the former 8 warps looped, 1 / 2 / 4 / 6 tokens: 21.1 / 35.6 / 61.8 / 88.8 against
+    # 23.8 / 40.0 / 68.6 / 94.6; 4 warps looped 20.9 / 37.8 / 63.7 / 91.1; 2 warps 28.2 / 39.0 / 63.0 / 89.6;
+    # gate/up tiles of 8 26.0 / 37.4 / 65.1 / 91.5. The pairs are split num_tokens ways (sixth round: 4 tokens
+    # 0.070 ms against 0.085 unsplit). prefetch (twelfth round): 1 at one token (1-3 us faster), 0 above (its
+    # registers cost more than the step in flight gains there; call 4: 37.1 / 65.3 / 90.1 with it at 2 / 4 / 6).
+    return 4, 8, 1024, 4, 2, False, 1, num_tokens, 1 if num_tokens == 1 else 0, True
+  return 4, 8, 1024, 4, 2, True, 2, 1, 0, False
 
 
 def supported(x, gate_packed, down_packed, group_size, block_k=1024):
@@ -277,11 +289,12 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
-                                             "prefetch", "interpret"))
+                                             "prefetch", "unroll_pairs", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
-                             rows_per_run=None, pair_splits=None, prefetch=None, interpret=False):
+                             rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
+                             interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -295,11 +308,14 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   pair_splits S: a second grid axis; program (j, s) visits positions s, s + S, ... (gate/up) and tokens s,
   s + S, ... (down), so that a few pairs still make S times the programs (needs rows_per_run 1).
   prefetch: 0, 1 or 2 (_tile_gemv: how far the K loop loads ahead).
+  unroll_pairs: visit the pairs in straight-line code where their number is static (the gate/up kernel in token
+  order with runs of one pair; the down kernel's top-k pairs of a token), so that the expert ids are independent
+  loads rather than one per loop trip. Same results. Defaults by token count (default_gemv_blocks).
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
   e, inter, _ = logical_shape(gate_packed)
-  dbn, dbnd, dbk, dnw, dns, dsort, drun, dsplits, dprefetch = default_gemv_blocks(n)
+  dbn, dbnd, dbk, dnw, dns, dsort, drun, dsplits, dprefetch, dunroll = default_gemv_blocks(n)
   block_n, block_n_down = block_n or dbn, block_n_down or dbnd
   block_k = min(block_k or dbk, d, inter)
   num_warps, num_stages = num_warps or dnw, num_stages or dns
@@ -344,11 +360,12 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits,
                 prefetch=prefetch)
+  unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
   xp = activation_planes(x).reshape(n, d)                                 # f32 planes, pre-scaled
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, in_token_order=in_token_order, block_n=block_n, rows_per_run=rows_per_run,
-                        h_dtype=x.dtype, **common),
+                        h_dtype=x.dtype, unroll_pairs=unroll and in_token_order and rows_per_run == 1, **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
@@ -356,13 +373,14 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
 
   if not sort_pairs:
     return pl.pallas_call(
-        functools.partial(_down_token_kernel, block_n=block_n_down, **common),
+        functools.partial(_down_token_kernel, block_n=block_n_down, unroll_pairs=unroll, **common),
         grid=(d // block_n_down, pair_splits),
         out_shape=jax.ShapeDtypeStruct((n, d), x.dtype),
         compiler_params=params, interpret=interpret, name="moe_int4_down_gemv",
     )(consts, ids, wts, hp, down_packed, down_scale)
   out = pl.pallas_call(
-      functools.partial(_down_sorted_kernel, block_n=block_n_down, rows_per_run=rows_per_run, **common),
+      functools.partial(_down_sorted_kernel, block_n=block_n_down, rows_per_run=rows_per_run, unroll_pairs=unroll,
+                        **common),
       grid=(d // block_n_down, pair_splits),
       out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
       input_output_aliases={8: 0},

@@ -214,6 +214,21 @@ def test_gemv_unrolled_pairs_give_the_same_bits(n, opts):
   assert rel_err(unrolled, reference_f32(x, ids, w, experts, 3)) < 1e-5
 
 
+@pytest.mark.parametrize("opts,chunk", [
+    (dict(block_k=512, block_k_down=128, num_warps_down=8), None),        # gate/up K steps 256, down 2 x 128
+    (dict(block_k=256, block_k_down=128, pair_splits=2), 64),             # k-chunked, [2, BN, 8] down tiles
+    (dict(block_k=256, block_k_down=128, sort_pairs=True, rows_per_run=2), None),
+])
+def test_gemv_down_kernel_options(opts, chunk):
+  """The down kernel's own K step and warps: the same sums in another order (fp32 rounding only)."""
+  from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
+  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+  x, ids, w, stored = make_inputs(29, 3, 3, 12, 6, 512, 256, jnp.float32)
+  experts = experts_to_k_chunks(stored, chunk) if chunk else stored
+  out = routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, **opts)
+  assert rel_err(out, reference_f32(x, ids, w, stored, 3)) < 1e-5
+
+
 def test_gemv_rejects_bad_options():
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
   x, ids, w, experts = make_inputs(3, 2, 2, 4, 4, 256, 256, jnp.float32)
@@ -222,6 +237,8 @@ def test_gemv_rejects_bad_options():
                              pair_splits=2)
   with pytest.raises(ValueError, match="prefetch 3 must be 0, 1 or 2"):
     routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, prefetch=3)
+  with pytest.raises(ValueError, match="block_k_down"):
+    routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, block_k_down=96)
 
 
 @pytest.mark.parametrize("sort_pairs,rows_per_run", [(False, 1), (True, 1), (True, 2)])

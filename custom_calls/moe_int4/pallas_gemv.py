@@ -289,12 +289,13 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
-                                             "prefetch", "unroll_pairs", "interpret"))
+                                             "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
+                                             "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
-                             interpret=False):
+                             block_k_down=None, num_warps_down=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -311,6 +312,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   unroll_pairs: visit the pairs in straight-line code where their number is static (the gate/up kernel in token
   order with runs of one pair; the down kernel's top-k pairs of a token), so that the expert ids are independent
   loads rather than one per loop trip. Same results. Defaults by token count (default_gemv_blocks).
+  block_k_down / num_warps_down: the down kernel's K step and warps when they should differ from the gate/up
+  kernel's (None: the same). Its [BN, K step] tile per thread sets its registers, and so how many of its
+  programs are resident at once.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -341,7 +345,10 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
                      f"{tuple(gate_packed.shape)} must have one shape (one layout)")
   check_scales("routed_experts_int4_gemv", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
   check_block_k("routed_experts_int4_gemv (gate/up)", gate_packed, block_k, multiples=True)
-  check_block_k("routed_experts_int4_gemv (down)", down_packed, block_k, multiples=True)
+  block_k_down = min(block_k_down or block_k, inter)
+  if inter % block_k_down or block_k_down < 128:
+    raise ValueError(f"routed_experts_int4_gemv: block_k_down {block_k_down} must divide I = {inter} and be >= 128")
+  check_block_k("routed_experts_int4_gemv (down)", down_packed, block_k_down, multiples=True)
   p = n * top_k
   ids = expert_ids.reshape(p).astype(jnp.int32)
   wts = expert_weights.reshape(p).astype(jnp.float32)
@@ -358,8 +365,10 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
     count = jnp.sum(is_local.astype(jnp.int32)).reshape(1)
     visits = (count, order)
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
+  params_down = plgpu.CompilerParams(num_warps=num_warps_down or num_warps, num_stages=num_stages)
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits,
                 prefetch=prefetch)
+  common_down = dict(common, block_k=block_k_down)
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
   xp = activation_planes(x).reshape(n, d)                                 # f32 planes, pre-scaled
 
@@ -373,17 +382,17 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
 
   if not sort_pairs:
     return pl.pallas_call(
-        functools.partial(_down_token_kernel, block_n=block_n_down, unroll_pairs=unroll, **common),
+        functools.partial(_down_token_kernel, block_n=block_n_down, unroll_pairs=unroll, **common_down),
         grid=(d // block_n_down, pair_splits),
         out_shape=jax.ShapeDtypeStruct((n, d), x.dtype),
-        compiler_params=params, interpret=interpret, name="moe_int4_down_gemv",
+        compiler_params=params_down, interpret=interpret, name="moe_int4_down_gemv",
     )(consts, ids, wts, hp, down_packed, down_scale)
   out = pl.pallas_call(
       functools.partial(_down_sorted_kernel, block_n=block_n_down, rows_per_run=rows_per_run, unroll_pairs=unroll,
-                        **common),
+                        **common_down),
       grid=(d // block_n_down, pair_splits),
       out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
       input_output_aliases={8: 0},
-      compiler_params=params, interpret=interpret, name="moe_int4_down_gemv_sorted",
+      compiler_params=params_down, interpret=interpret, name="moe_int4_down_gemv_sorted",
   )(consts, *visits, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
   return out.astype(x.dtype)

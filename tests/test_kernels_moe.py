@@ -229,6 +229,24 @@ def test_gemv_down_kernel_options(opts, chunk):
   assert rel_err(out, reference_f32(x, ids, w, stored, 3)) < 1e-5
 
 
+@pytest.mark.parametrize("n,splits,offset", [(3, 3, 3), (5, 2, 0), (2, 4, 9)])   # P 9 / 15 / 6: not powers of two
+def test_gemv_rank_in_kernel_gives_the_same_bits(n, splits, offset):
+  """Each program ranking the local pairs itself visits what XLA's compaction and argsort order visits; offset 9
+  leaves experts 9..14, none of which is hit below (no local pair: the output is zero both ways)."""
+  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+  x, ids, w, experts = make_inputs(31 + n, n, 3, 9, 6, 512, 256, jnp.float32)
+  ids = ids.at[0, 1].set(ids[0, 0])                         # a token routed twice to one expert
+  run = jax.jit(lambda off, ranked: routed_experts_int4_gemv(x, ids, w, *experts, off, interpret=True, block_k=128,
+                                                             pair_splits=splits, rank_in_kernel=ranked),
+                static_argnums=1)
+  ordered, ranked = run(jnp.int32(offset), False), run(jnp.int32(offset), True)
+  np.testing.assert_array_equal(np.asarray(ranked), np.asarray(ordered))
+  if offset == 9:
+    assert not np.any(np.asarray(ranked))
+  else:
+    assert rel_err(ranked, reference_f32(x, ids, w, experts, offset)) < 1e-5
+
+
 def test_gemv_rejects_bad_options():
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
   x, ids, w, experts = make_inputs(3, 2, 2, 4, 4, 256, 256, jnp.float32)
@@ -237,6 +255,8 @@ def test_gemv_rejects_bad_options():
                              pair_splits=2)
   with pytest.raises(ValueError, match="prefetch 3 must be 0, 1 or 2"):
     routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, prefetch=3)
+  with pytest.raises(ValueError, match="rank_in_kernel needs pairs in token order"):
+    routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, pair_splits=1, rank_in_kernel=True)
   with pytest.raises(ValueError, match="block_k_down"):
     routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, block_k_down=96)
 

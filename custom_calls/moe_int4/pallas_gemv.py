@@ -41,6 +41,7 @@ from jax.experimental.pallas import triton as plgpu
 from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
                                             load_scale_tile, load_word_tile, logical_shape)
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
+from custom_calls.pow2 import next_pow2
 
 
 def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
@@ -151,35 +152,51 @@ def _run_at(i, count, order_ref, ids_ref, expert_offset, *, rows_per_run, num_lo
   return pairs, [local & (r < length) for r in range(rows_per_run)], e, length
 
 
-def _gate_up_kernel(*refs, in_token_order, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
+RANK_IN_KERNEL_MAX_PAIRS = 128   # rank_in_kernel ranks the pairs with a [P, P] comparison in every program
+
+
+def _local_ranks(ids_ref, expert_offset, num_local):
+  """Every program's own compaction of the local pairs (rank_in_kernel): one vector load of the P expert ids,
+  then comparisons. Returns (pair index [PP], local expert [PP], is local [PP], rank among the local pairs in
+  token order [PP], number of local pairs (scalar)); PP = P rounded up to a power of two (the rest not local)."""
+  p = ids_ref.shape[0]
+  idx = jnp.arange(next_pow2(p), dtype=jnp.int32)
+  e = ids_ref[jnp.minimum(idx, p - 1)] - expert_offset
+  local = (e >= 0) & (e < num_local) & (idx < p)
+  before = idx[None, :] < idx[:, None]                                    # [PP q, PP p]: p comes before q
+  rank = jnp.sum((before & local[None, :]).astype(jnp.int32), axis=1)
+  return idx, e, local, rank, jnp.sum(local.astype(jnp.int32))
+
+
+def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
                     pair_splits, prefetch, unroll_pairs):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
-  refs: consts, count, order, ids, xp, gw, gs, uw, us, hp; without count and order when in_token_order (every
-  pair is visited, position i is pair i: no order array, so no XLA kernel to make one).
+  visits: "token_order" (position i is pair i; every pair is visited), "order" (the positions are the order
+  array's pairs, the first `count` of them local), or "ranked" (position r is the local pair of rank r in token
+  order, which every program works out itself, _local_ranks: no XLA kernels before this one).
+  refs: consts, count, order, ids, xp, gw, gs, uw, us, hp; without count and order unless visits == "order".
   consts: [2] i32 (expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each position;
   ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
   xp: f32 [N, 8 * D/8] planes, pre-scaled;
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
   pairs unwritten).
   """
-  if in_token_order:
-    consts_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
-    count, order_ref = ids_ref.shape[0], None
-  else:
+  if visits == "order":
     consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count = count_ref[0]
+  else:
+    consts_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
+    count, order_ref = ids_ref.shape[0], None
   n0 = pl.program_id(0) * block_n
   chunks = xp_ref.shape[1] // block_k
   cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
   h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
 
-  def visit(i):
-    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, consts_ref[0], rows_per_run=rows_per_run,
-                                       num_local=num_local)
-
-    @pl.when(in_run[0])                                          # the run's expert is local
+  def gemv_run(pairs, in_run, e):
+    """h of the run's pairs (in_run[r]: pair r belongs to the run; in_run[0]: the run's expert is local)."""
+    @pl.when(in_run[0])
     def _():
       g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
                                   [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
@@ -188,6 +205,22 @@ def _gate_up_kernel(*refs, in_token_order, top_k, num_local, rows_per_run, block
         h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
         h = h.astype(jnp.float32) * plane_scale(cols)                    # the float32 planes carry the 2**-e
         plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
+
+  if visits == "ranked":
+    idx, local_e, local, rank, count = _local_ranks(ids_ref, consts_ref[0], num_local)
+
+    def visit_rank(r):
+      hit = local & (rank == r)                                   # exactly one pair has rank r < count
+      gemv_run([jnp.sum(jnp.where(hit, idx, 0))], [r < count], jnp.sum(jnp.where(hit, local_e, 0)))
+      return r + pair_splits
+
+    lax.while_loop(lambda r: r < count, visit_rank, pl.program_id(1))
+    return
+
+  def visit(i):
+    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, consts_ref[0], rows_per_run=rows_per_run,
+                                       num_local=num_local)
+    gemv_run(pairs, in_run, e)
     return i + (length if pair_splits == 1 else pair_splits)      # pair_splits > 1: runs of one pair
 
   if unroll_pairs:
@@ -290,12 +323,12 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
                                              "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
-                                             "interpret"))
+                                             "rank_in_kernel", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
-                             block_k_down=None, num_warps_down=None, interpret=False):
+                             block_k_down=None, num_warps_down=None, rank_in_kernel=False, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -315,6 +348,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   block_k_down / num_warps_down: the down kernel's K step and warps when they should differ from the gate/up
   kernel's (None: the same). Its [BN, K step] tile per thread sets its registers, and so how many of its
   programs are resident at once.
+  rank_in_kernel: with pair_splits > 1 in token order, every gate/up program ranks the local pairs itself (one
+  load of the expert ids and comparisons, up to RANK_IN_KERNEL_MAX_PAIRS pairs) instead of visiting an order
+  array made by XLA (a compaction and an argsort, two kernels before it). Same results.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -355,8 +391,12 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
   consts = jnp.concatenate([off, jnp.full((1,), MAGIC, jnp.int32)])
   in_token_order = not sort_pairs and pair_splits == 1
+  if rank_in_kernel and (sort_pairs or pair_splits == 1 or p > RANK_IN_KERNEL_MAX_PAIRS):
+    raise ValueError(f"routed_experts_int4_gemv: rank_in_kernel needs pairs in token order (sort_pairs False), "
+                     f"pair_splits > 1 and at most {RANK_IN_KERNEL_MAX_PAIRS} (token, expert) pairs (got sort_pairs "
+                     f"{sort_pairs}, pair_splits {pair_splits}, {p} pairs)")
   visits = ()                                    # in token order the kernel visits pair i at position i
-  if not in_token_order:
+  if not in_token_order and not rank_in_kernel:
     # The local pairs first (by expert when sort_pairs, else in token order): striding over them spreads
     # them evenly over the pair_splits programs.
     local = ids - off[0]
@@ -373,8 +413,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   xp = activation_planes(x).reshape(n, d)                                 # f32 planes, pre-scaled
 
   hp = pl.pallas_call(
-      functools.partial(_gate_up_kernel, in_token_order=in_token_order, block_n=block_n, rows_per_run=rows_per_run,
-                        h_dtype=x.dtype, unroll_pairs=unroll and in_token_order and rows_per_run == 1, **common),
+      functools.partial(_gate_up_kernel, visits="token_order" if in_token_order else "ranked" if rank_in_kernel
+                        else "order", block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
+                        unroll_pairs=unroll and in_token_order and rows_per_run == 1, **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",

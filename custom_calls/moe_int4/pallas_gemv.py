@@ -395,7 +395,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
     raise ValueError(f"routed_experts_int4_gemv: rank_in_kernel needs pairs in token order (sort_pairs False), "
                      f"pair_splits > 1 and at most {RANK_IN_KERNEL_MAX_PAIRS} (token, expert) pairs (got sort_pairs "
                      f"{sort_pairs}, pair_splits {pair_splits}, {p} pairs)")
-  visits = ()                                    # in token order the kernel visits pair i at position i
+  order_args = ()                                # in token order the kernel visits pair i at position i
   if not in_token_order and not rank_in_kernel:
     # The local pairs first (by expert when sort_pairs, else in token order): striding over them spreads
     # them evenly over the pair_splits programs.
@@ -403,7 +403,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
     is_local = (local >= 0) & (local < e)
     order = jnp.argsort(jnp.where(is_local, local if sort_pairs else 0, e), stable=True).astype(jnp.int32)
     count = jnp.sum(is_local.astype(jnp.int32)).reshape(1)
-    visits = (count, order)
+    order_args = (count, order)
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
   params_down = plgpu.CompilerParams(num_warps=num_warps_down or num_warps, num_stages=num_stages)
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits,
@@ -419,7 +419,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
-  )(consts, *visits, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
+  )(consts, *order_args, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
 
   if not sort_pairs:
     return pl.pallas_call(
@@ -435,5 +435,5 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
       out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
       input_output_aliases={8: 0},
       compiler_params=params_down, interpret=interpret, name="moe_int4_down_gemv_sorted",
-  )(consts, *visits, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
+  )(consts, *order_args, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
   return out.astype(x.dtype)

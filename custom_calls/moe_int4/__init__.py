@@ -17,7 +17,8 @@ _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 # issue 6 sixth round, queued samples), gemv (pairs split `tokens` ways) vs grouped: 1 token 0.025 vs 0.084 ms,
 # 2: 0.039 vs 0.094, 4: 0.070 vs 0.103, 8: 0.124 vs 0.129 (a tie within the runs' spread, so the bound
 # stayed at 6). Twelfth round, k-chunked, the grouped kernels with their 32 / 64 tiles: 6 tokens 0.093-0.094 vs
-# 0.098-0.099, 8 tokens 0.119-0.121 vs 0.104-0.105 (calls 3-4), so the bound is still 6.
+# 0.098-0.099, 8 tokens 0.119-0.121 vs 0.104-0.105 (calls 3-4), so the bound is still 6. Fifteenth round (call 4),
+# the gemv with 4 warps and unrolled pairs at 8 tokens: 0.111 vs the grouped 0.105, so still 6.
 GEMV_MAX_TOKENS = 6
 # The k-chunk size of the layout the model gives the kernels on a GPU (k_chunks.py; ddtree_jax/model/experts.py
 # use_k_chunks): the grouped kernels' K step, so that each of their tiles is one contiguous block. H200, issue 6

@@ -19,7 +19,11 @@ per SM on an H200). In token order this path has no routing sort and no atomics:
   writes out[token, tile] once: every output element is written exactly once, no zero-fill.
 - `pair_splits` S > 1: a second grid axis splits the pairs (gate/up: the local pairs, compacted first) and
   the tokens (down) S ways, so that S programs share a column tile's pairs instead of one walking them all.
-  The default at 2-8 tokens (S = tokens): on the H200 0.070 ms against 0.085 unsplit at 4 tokens.
+  The default at 2-8 tokens (S = tokens): on the H200 0.070 ms against 0.085 unsplit at 4 tokens. The local
+  pairs are compacted by XLA (an order array), or with `rank_in_kernel` by each gate/up program itself.
+- Where the pairs' count is static, the pair loops are straight-line code (`unroll_pairs`, the default up to
+  8 tokens), so that the expert ids are independent loads; with 4 warps (default) this made 1-6 tokens 6-11%
+  faster on the H200 (issue 6 fifteenth round).
 - Optionally (`sort_pairs`) both kernels visit the local pairs sorted by expert (one XLA argsort), and runs
   of up to `rows_per_run` pairs of one expert share one dequantised tile; the down kernel then adds into a
   zeroed fp32 output with atomics. On the H200 this lost to the grouped tensor-core kernels from 64

@@ -19,7 +19,8 @@ reduction included. This says which kernels a program launches and how long each
 
 Programs: for each MLA shape B,T,H,ctx those of benchmarks/mla_decode_parts.py (the dispatch, the dispatch with
 the XLA combine, the Triton kernel both ways); for each MoE token count the dispatch on k-chunked experts (what
-the engine runs on a GPU) and on the stored layout, at K2.6's per-GPU expert shard; with --gemv_kwargs also
+the engine runs on a GPU) and (unless --no_moe_stored) on the stored layout, at K2.6's per-GPU expert shard (or
+--moe_experts experts); with --gemv_kwargs also
 pallas_gemv's kernels with the given options (k-chunked experts) at each token count; for each --slice ctx,T a
 forward of the K2.6 one-GPU slice (benchmarks/k26_slice.py: every kernel of a layer, attention projections to
 lm_head).
@@ -156,8 +157,9 @@ def read_report(path):
 
 
 def last_runs(kernels, labels):
-  """{label: [(kernel, ns)]} of the last marked run of each program."""
-  out = {}
+  """{label: [(kernel, ns)]} of the last marked run of each program (the run with the highest index, whatever
+  `drive --runs` was)."""
+  runs = {}                                       # (program, run) -> [(kernel, ns)]
   current = None
   for name, ns in kernels:
     if MARK in name:
@@ -167,12 +169,14 @@ def last_runs(kernels, labels):
         continue
       i, r = tag.split("_")[:2]
       current = (int(i), int(r))
-      if current[1] == RUNS - 1:
-        out[labels[current[0]]] = []
+      runs[current] = []
       continue
-    if current is not None and current[1] == RUNS - 1:
-      out[labels[current[0]]].append((name, ns))
-  return out
+    if current is not None:
+      runs[current].append((name, ns))
+  last = {}
+  for (i, r) in runs:
+    last[i] = max(last.get(i, r), r)
+  return {labels[i]: runs[(i, r)] for i, r in last.items()}
 
 
 def table(report, programs_json):
@@ -198,7 +202,7 @@ def main(argv=None):
                  help="local experts of the MoE inputs (48: K2.6's shard; fewer for ncu sections, see drive)")
   d.add_argument("--no_moe_stored", action="store_true", help="leave out the MoE dispatch on the stored layout")
   d.add_argument("--runs", type=int, default=RUNS,
-                 help="runs of each program (1 keeps ncu sections short; `table` reads the last of the default 3)")
+                 help="runs of each program (1 keeps ncu sections short; `table` reads the last run of each)")
   d.add_argument("--gemv_kwargs", default="[]",
                  help='JSON list of pallas_gemv option dicts, e.g. \'[{"prefetch": 1}]\' (each at every --moe count)')
   d.add_argument("--slice", default="", help="ctx,T;... : forwards of the K2.6 one-GPU slice (k26_slice.py)")

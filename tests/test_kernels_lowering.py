@@ -70,6 +70,28 @@ def test_moe_kernels_lower_for_h200(kernel):
   assert lower_for_h200(MOE_KERNELS[kernel], *moe_args(4)) == 2          # gate/up and down
 
 
+def test_moe_gemv_down_kernel_options_reach_its_launch():
+  """block_k_down sets the down kernel's word tiles ([8, 64] words at K steps of 512, [8, 16] at 128) and
+  num_warps_down its launch; the gate/up kernel keeps block_k and num_warps."""
+  import re
+
+  def lowered(**kw):
+    modules = []
+    low = lower_for_abstract_gpu(lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, **kw), *moe_args(1),
+                                 on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
+    return modules, re.findall(r"num_warps = (\d+)", low.as_text())
+  (gate_up, down), warps = lowered()
+  assert "tensor<8x64xi32>" in down and warps == ["4", "4"]
+  (gate_up_k, down_k), warps_k = lowered(block_k_down=128, num_warps_down=8)
+  assert "tensor<8x64xi32>" not in down_k and "tensor<8x16xi32>" in down_k and gate_up_k == gate_up
+  assert warps_k == ["4", "8"]
+
+
+def test_moe_gemv_rank_in_kernel_lowers_for_pair_counts_not_powers_of_two():
+  fn = lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=3, rank_in_kernel=True)
+  assert lower_for_h200(fn, *moe_args(3)) == 2                          # 24 pairs, ranked over 32
+
+
 def k_chunked_moe_args(n, chunk, e=8, d=1024, inter=512, dtype=jnp.bfloat16):
   """moe_args with the expert arrays k-chunked (custom_calls/moe_int4/k_chunks.py)."""
   return (S((n, d), dtype), S((n, 8), jnp.int32), S((n, 8), jnp.float32),

@@ -224,15 +224,17 @@ def test_gemv_down_kernel_options(opts, chunk):
   from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
   x, ids, w, stored = make_inputs(29, 3, 3, 12, 6, 512, 256, jnp.float32)
+  assert np.any((np.asarray(ids) >= 3) & (np.asarray(ids) < 9)), "the test needs local pairs (experts 3..8)"
   experts = experts_to_k_chunks(stored, chunk) if chunk else stored
   out = routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, **opts)
   assert rel_err(out, reference_f32(x, ids, w, stored, 3)) < 1e-5
 
 
-@pytest.mark.parametrize("n,splits,offset", [(3, 3, 3), (5, 2, 0), (2, 4, 9)])   # P 9 / 15 / 6: not powers of two
+@pytest.mark.parametrize("n,splits,offset", [(3, 3, 3), (5, 2, 0), (2, 4, 3), (2, 4, 9)])   # P 9 / 15 / 6 / 6
 def test_gemv_rank_in_kernel_gives_the_same_bits(n, splits, offset):
-  """Each program ranking the local pairs itself visits what XLA's compaction and argsort order visits; offset 9
-  leaves experts 9..14, none of which is hit below (no local pair: the output is zero both ways)."""
+  """Each program ranking the local pairs itself visits what XLA's compaction and argsort order visits. The pair
+  counts are not powers of two; (2, 4, 3) has more programs per column tile than local pairs; offset 9 leaves
+  experts 9..14, none of which is hit below (no local pair: the output is zero both ways)."""
   from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
   x, ids, w, experts = make_inputs(31 + n, n, 3, 9, 6, 512, 256, jnp.float32)
   ids = ids.at[0, 1].set(ids[0, 0])                         # a token routed twice to one expert
@@ -257,8 +259,10 @@ def test_gemv_rejects_bad_options():
     routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, prefetch=3)
   with pytest.raises(ValueError, match="rank_in_kernel needs pairs in token order"):
     routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, pair_splits=1, rank_in_kernel=True)
-  with pytest.raises(ValueError, match="block_k_down"):
+  with pytest.raises(ValueError, match="block_k_down 96 must be a power of two"):
     routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, block_k_down=96)
+  with pytest.raises(ValueError, match="num_warps_down 3 must be a power of two"):
+    routed_experts_int4_gemv(x, ids, w, *experts, 0, interpret=True, block_k=128, num_warps_down=3)
 
 
 @pytest.mark.parametrize("sort_pairs,rows_per_run", [(False, 1), (True, 1), (True, 2)])

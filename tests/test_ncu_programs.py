@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
@@ -19,11 +21,12 @@ def report(kernels):
   return "\n".join(lines) + "\n==PROF== Disconnected from process 1\n"
 
 
-def test_last_run_of_each_program(tmp_path, capsys):
+@pytest.mark.parametrize("num_runs", [ncu_programs.RUNS, 1, 4])        # drive --runs
+def test_last_run_of_each_program(tmp_path, capsys, num_runs):
   kernels = [("rng_bit_generator", 900)]
   for prog, (names, base) in enumerate(((["fusion_a", "mla_kernel", "mla_split_combine"], 1000),
                                         (["gemv_up", "gemv_down"], 5000))):
-    for run in range(ncu_programs.RUNS):
+    for run in range(num_runs):
       kernels.append((f"{ncu_programs.MARK}{prog}_{run}", 1))
       kernels += [(n, base + 100 * run + k) for k, n in enumerate(names)]
       kernels.append((f"{ncu_programs.MARK}end", 1))
@@ -33,7 +36,7 @@ def test_last_run_of_each_program(tmp_path, capsys):
   labels = tmp_path / "programs.json"
   labels.write_text(json.dumps(["mla decode", "moe 1 token"]))
   runs = ncu_programs.table(str(path), str(labels))
-  last = 100 * (ncu_programs.RUNS - 1)
+  last = 100 * (num_runs - 1)
   assert runs == {"mla decode": [("fusion_a", 1000 + last), ("mla_kernel", 1001 + last),
                                  ("mla_split_combine", 1002 + last)],
                   "moe 1 token": [("gemv_up", 5000 + last), ("gemv_down", 5001 + last)]}

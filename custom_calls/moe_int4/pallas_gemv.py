@@ -310,6 +310,8 @@ def default_gemv_blocks(num_tokens):
     # gate/up tiles of 8 26.0 / 37.4 / 65.1 / 91.5. The pairs are split num_tokens ways (sixth round: 4 tokens
     # 0.070 ms against 0.085 unsplit). prefetch (twelfth round): 1 at one token (1-3 us faster), 0 above (its
     # registers cost more than the step in flight gains there; call 4: 37.1 / 65.3 / 90.1 with it at 2 / 4 / 6).
+    # 8 tokens (the dispatch runs the grouped kernels there): 110.7 us in call 4, 120.6 with the former defaults
+    # (round 12, call 3).
     return 4, 8, 1024, 4, 2, False, 1, num_tokens, 1 if num_tokens == 1 else 0, True
   return 4, 8, 1024, 4, 2, True, 2, 1, 0, False
 
@@ -386,8 +388,11 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   check_scales("routed_experts_int4_gemv", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
   check_block_k("routed_experts_int4_gemv (gate/up)", gate_packed, block_k, multiples=True)
   block_k_down = min(block_k_down or block_k, inter)
-  if inter % block_k_down or block_k_down < 128:
-    raise ValueError(f"routed_experts_int4_gemv: block_k_down {block_k_down} must divide I = {inter} and be >= 128")
+  if inter % block_k_down or block_k_down < 128 or block_k_down & (block_k_down - 1):
+    raise ValueError(f"routed_experts_int4_gemv: block_k_down {block_k_down} must be a power of two >= 128 dividing "
+                     f"I = {inter}")
+  if num_warps_down is not None and (num_warps_down < 1 or num_warps_down & (num_warps_down - 1)):
+    raise ValueError(f"routed_experts_int4_gemv: num_warps_down {num_warps_down} must be a power of two")
   check_block_k("routed_experts_int4_gemv (down)", down_packed, block_k_down, multiples=True)
   p = n * top_k
   ids = expert_ids.reshape(p).astype(jnp.int32)

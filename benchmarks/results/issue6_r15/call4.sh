@@ -1,7 +1,7 @@
 # Issue 6 fifteenth round, GPU call 4: call 3 found the gemv with unrolled pairs and 4 warps 7-10% faster at 1-6
 # tokens (22.2 / 35.8 / 62.2 / 87.8 us against the default's 24.0-24.3 / 39.8-40.1 / 68.2-69.0 / 94.3-94.5).
-# Which part does it, and its neighbours: 4 warps without the unrolling, with prefetch 1 at every token count, with gate/up tiles of 8,
-# 2 warps; at 1-8 tokens (8: against the grouped kernels the dispatch runs there).
+# Which part does it, and its neighbours: 4 warps without the unrolling, with prefetch 1 at every token count,
+# with gate/up tiles of 8, 2 warps; at 1-8 tokens (8: against the grouped kernels the dispatch runs there).
 set -x
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > $OUT/gpu.txt
 C='[{"kernel": "default", "k_chunk": 256}, {"kernel": "gemv", "k_chunk": 256, "unroll_pairs": true, "num_warps": 4},

@@ -36,6 +36,8 @@ from custom_calls.mla_attention.mosaic_gpu import mla_attention_mosaic, reserve_
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 from custom_calls.moe_int4 import routed_experts_int4
+from custom_calls.moe_int4.mosaic_experts import routed_experts_int4_mosaic
+from custom_calls.moe_int4.mosaic_layout import to_mosaic_layout
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_triton import combine, default_blocks, route
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
@@ -324,7 +326,8 @@ def ragged_bf16_moe(x, ids, w, wg, wu, wd, *, e):
 
 
 MOE_KERNELS = {"gemv": routed_experts_int4_gemv,
-               "grouped": routed_experts_int4_pallas}
+               "grouped": routed_experts_int4_pallas,
+               "mosaic": routed_experts_int4_mosaic}     # tensor cores, up to 16 tokens; its own layout (not dispatched)
 
 
 def gemv_sweep(m):
@@ -413,6 +416,11 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
     if chunk not in chunked_experts:
       chunked_experts[chunk] = jax.block_until_ready(experts_to_k_chunks(experts, chunk))
     return chunked_experts[chunk]
+
+  def mosaic_layout():                              # mosaic_layout.py's arrays, made once
+    if "mosaic" not in chunked_experts:
+      chunked_experts["mosaic"] = (jax.block_until_ready(to_mosaic_layout(*experts)),)
+    return chunked_experts["mosaic"]
   for m in ms:
     if time.time() - T0 > budget_s:
       RESULTS["errors"].append(f"moe M={m}: skipped (time budget)")
@@ -441,6 +449,9 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
           if cfg.get("k_chunk"):
             ck = k_chunked(cfg["k_chunk"])
             cfg_args, cfg_sets = args[:3] + ck, [a_[:3] + ck for a_ in arg_sets]
+          if cfg.get("kernel") == "mosaic":
+            mz = mosaic_layout()
+            cfg_args, cfg_sets = args[:3] + mz, [a_[:3] + mz for a_ in arg_sets]
           if cfg.get("kernel") == "default":           # what the model runs: routed_experts_int4's choice
             fn = functools.partial(routed_experts_int4, expert_offset=0,
                                    impl="pallas_interpret" if smoke else "pallas")
@@ -579,7 +590,7 @@ def main():
                        'keyword arguments)')
   ap.add_argument("--moe-configs", default="",
                   help='MoE: a JSON list of configs timed at every row count after the dispatch, e.g. '
-                       '\'[{"kernel": "gemv", "block_k": 512}]\' ("kernel": gemv or grouped, and its keyword '
+                       '\'[{"kernel": "gemv", "block_k": 512}]\' ("kernel": gemv, grouped or mosaic, and its keyword '
                        'arguments)')
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")

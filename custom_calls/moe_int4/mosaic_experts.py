@@ -1,0 +1,232 @@
+"""INT4 routed experts for up to 16 tokens on Hopper's tensor cores (Pallas Mosaic GPU), expert by expert.
+
+Why: at 1-16 tokens the step streams each hit expert's INT4 weights once and does almost no arithmetic per
+byte. The Triton gemv (pallas_gemv.py) dequantises and multiplies on the CUDA cores, ~6 instructions per weight
+(SASS, issue 6 rounds 4 and 15), so it is bound by the SMs' issue rate at 0.42-0.59 of the HBM roofline. Here the
+multiply runs on the tensor cores and the dequantisation is Mosaic's int4 -> bf16 conversion (CUTLASS's
+PRMT/LOP3/bf16x2-subtract), ~2.8 instructions per weight in the lowered code (ldmatrix, two shuffles per 8
+weights to reach the wgmma layout, the conversion, one bf16x2 scale multiply per 2 weights).
+
+How (tokens are the wgmma's N side, so nothing is sorted or gathered):
+- Every local expert that any token routes to gets a slot (`expert_slots`: the hit experts in ascending order,
+  their count, and each token's routing weight per slot). A slot's expert runs on all T tokens, padded to
+  TP = 8 or 16 rows (wgmma's N; a token that does not route to it gets weight 0 in the combine), so the tensor
+  cores do up to TP x the useful FLOPs, which at these sizes cost nothing against the bytes.
+- `_expert_matvec` kernel, grid (slot, 64-row tile, K split): one warpgroup streams its expert's [64, K/S] int4
+  weights and [K/S/g, 64] scales through shared memory with TMA (`emit_pipeline`, `stages` steps in flight), loads
+  each [64, BK] tile into registers (Mosaic's 4-bit layout, then the wgmma layout), converts it to bf16, multiplies
+  by the group scales, and runs wgmma (A = the weights in registers, B = [BK, TP] activations from shared memory)
+  into a [64, TP] fp32 accumulator. Programs of unused slots return at once.
+- Gate/up (mosaic_layout.py's interleaved rows: a 64-row tile holds the gate and up rows of the same 32 columns
+  of h) -> XLA: sum of K splits, SiLU(gate) * up, rounded to bf16 (as the reference) -> down, one slot's h per
+  program -> XLA: the slots' outputs weighted per token.
+
+Numerics: weights q * scale are rounded to bf16 exactly as the reference rounds them; products and sums fp32 on
+the tensor cores; the order of the sums differs from the reference (tolerance, not bits).
+
+Interpret mode (CPU tests) runs the same kernel body, except that the dequantised tile goes through shared memory
+(interpret mode's wgmma takes its A operand from shared memory only) and each step waits for its wgmma.
+Written against jax 0.11.2's experimental Pallas Mosaic GPU API (plgpu.kernel, emit_pipeline, Layout.WGMMA_UPCAST_4X).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from custom_calls.gpu_lowering import abstract_gpu_mesh
+from custom_calls.moe_int4.mosaic_layout import MosaicExperts, gate_up_halves
+
+MAX_TOKENS = 16               # tokens are the wgmma N side: 8 or 16
+ROWS = 64                     # output rows per program: one warpgroup's wgmma M
+GROUP_SIZES = (32, 64, 128)   # a group of scales spans whole 32-column tiles of the 4-bit register layout
+_ACT_TILES = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))   # bf16 [TP, BK] wgmma B tiles
+
+
+def token_pad(num_tokens):
+  """The wgmma N the tokens are padded to."""
+  return 8 if num_tokens <= 8 else 16
+
+
+def expert_slots(expert_ids, expert_weights, expert_offset, num_local, num_slots):
+  """The local experts that any token routes to, in ascending order.
+
+  expert_ids: [T, K] global ids; expert_weights: [T, K]; expert_offset: first local id (may be traced).
+  Returns used: int32 [1] (how many slots hold an expert), slot_expert: int32 [num_slots] (local ids, then 0),
+  slot_weight: f32 [T, num_slots] (token t's routing weight of the slot's expert; 0 on unused slots).
+  """
+  local = expert_ids - expert_offset                                                     # [T, K]
+  hit = (local[..., None] == jnp.arange(num_local)) & ((local >= 0) & (local < num_local))[..., None]  # [T, K, E]
+  present = hit.any(axis=(0, 1))                                                         # [E]
+  used = present.sum(dtype=jnp.int32)
+  slot_expert = jnp.nonzero(present, size=num_slots, fill_value=0)[0].astype(jnp.int32)  # [S]
+  weight_te = jnp.einsum("tke,tk->te", hit.astype(jnp.float32), expert_weights.astype(jnp.float32))
+  slot_weight = jnp.where(jnp.arange(num_slots) < used, weight_te[:, slot_expert], 0.0)  # [T, S]
+  return used[None], slot_expert, slot_weight
+
+
+def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, block_k, stages, group_size, wgmma_in_flight,
+                   interpret):
+  """out[s, slot, r, t] = sum over split s's columns k of W[e, r, k] * act[t, k], e = slot_expert[slot].
+
+  used: int32 [1]; slot_expert: int32 [S]; act: bf16 [TP, K] (every slot) or [S, TP, K] (one per slot);
+  w: int4 [E, R, K]; scale: bf16 [E, K/g, R]. Returns f32 [k_splits, S, R, TP]; slots >= used are not written.
+  """
+  num_slots = slot_expert.shape[0]
+  rows_total, k = w.shape[1:]
+  tp = act.shape[-2]
+  per_slot_act = act.ndim == 3
+  k_split = k // k_splits
+  groups = block_k // group_size
+  wgmma_layout = plgpu.Layout.WGMMA
+  row_vector = plgpu.Layout.WGMMA.reduce(1)
+  in_flight = 0 if interpret else wgmma_in_flight
+
+  def body(used_ref, slot_expert_ref, act_ref, w_ref, scale_ref, out_ref):
+    slot = lax.axis_index("slot")
+    tile = lax.axis_index("tile")
+    split = lax.axis_index("split")
+
+    @pl.when(slot < used_ref[0])
+    def _():
+      e = slot_expert_ref[slot]
+      rows = pl.ds(tile * ROWS, ROWS)
+      cols = pl.ds(split * k_split, k_split)
+      act_slot = act_ref.at[slot, :, cols] if per_slot_act else act_ref.at[:, cols]
+
+      def with_scratch(a_smem, out_smem):
+        # a_smem [ROWS, BK] bf16: interpret mode's A operand; out_smem [ROWS, TP] f32: the result's staging.
+        def accumulate(acc):
+          def step(_, w_tile, scale_tile, act_tile):
+            # w_tile int4 [ROWS, BK]; scale_tile bf16 [BK/g, ROWS]; act_tile bf16 [TP, BK]
+            q = plgpu.layout_cast(plgpu.load(w_tile, (), layout=plgpu.Layout.WGMMA_UPCAST_4X), wgmma_layout)
+            s = jnp.concatenate(
+                [lax.broadcast_in_dim(plgpu.load(scale_tile.at[g], (), layout=row_vector), (ROWS, group_size), [0])
+                 for g in range(groups)], axis=1)                                      # [ROWS, BK]
+            a = q.astype(jnp.bfloat16) * s
+            if interpret:
+              a_smem[...] = a
+              plgpu.commit_smem()
+              a = a_smem
+            plgpu.wgmma(acc, a, act_tile.transpose((1, 0)))
+            plgpu.wgmma_wait(in_flight)
+
+          plgpu.emit_pipeline(
+              step, grid=(k_split // block_k,),
+              in_specs=[plgpu.BlockSpec((ROWS, block_k), lambda i: (0, i)),
+                        plgpu.BlockSpec((groups, ROWS), lambda i: (i, 0)),
+                        plgpu.BlockSpec((tp, block_k), lambda i: (0, i), transforms=_ACT_TILES,
+                                        delay_release=in_flight)],
+              max_concurrent_steps=stages,
+          )(w_ref.at[e, rows, cols], scale_ref.at[e, pl.ds(split * (k_split // group_size), k_split // group_size), rows],
+            act_slot)
+          plgpu.wgmma_wait(0)
+          return acc[...]
+
+        out_smem[...] = pl.run_scoped(accumulate, plgpu.ACC((ROWS, tp), jnp.float32))
+        plgpu.commit_smem()
+        plgpu.copy_smem_to_gmem(out_smem, out_ref.at[split, slot, rows])
+        plgpu.wait_smem_to_gmem(0)
+
+      pl.run_scoped(with_scratch, plgpu.SMEM((ROWS, block_k), jnp.bfloat16, transforms=_ACT_TILES),
+                    plgpu.SMEM((ROWS, tp), jnp.float32))
+
+  kernel = plgpu.kernel(
+      body, out_type=jax.ShapeDtypeStruct((k_splits, num_slots, rows_total, tp), jnp.float32),
+      grid=(num_slots, rows_total // ROWS, k_splits), grid_names=("slot", "tile", "split"),
+      interpret=plgpu.InterpretGPUParams(detect_races=True) if interpret else None)
+  return kernel(used, slot_expert, act, w, scale)
+
+
+def default_options(d, inter):
+  """(block_k, k_splits, k_splits_down) for D inputs of gate/up and I of down: steps of 256 columns where they
+  divide, gate/up split in two (K2.6: 64 tiles x 2 = 128 programs for one expert, about one per SM), down unsplit
+  (112 tiles). Not yet tuned on a GPU."""
+  block_k = next((b for b in (256, 128, 64) if d % b == 0 and inter % b == 0), 64)   # 64: check_options says why
+  return block_k, (2 if d % (2 * block_k) == 0 else 1), 1
+
+
+def check_options(x, experts: MosaicExperts, *, group_size, block_k, stages, k_splits, k_splits_down):
+  """Raise ValueError naming the argument when the shapes or options do not fit the kernels."""
+  t, d = x.shape
+  e, two_i, d_w = experts.gate_up.shape
+  inter = two_i // 2
+  if x.dtype != jnp.bfloat16:
+    raise ValueError(f"mosaic_experts: x is {x.dtype}; the kernels take bf16 activations")
+  if not 1 <= t <= MAX_TOKENS:
+    raise ValueError(f"mosaic_experts: {t} tokens; the expert-by-expert kernels take 1..{MAX_TOKENS}")
+  if group_size not in GROUP_SIZES:
+    raise ValueError(f"mosaic_experts: group_size {group_size} not in {GROUP_SIZES}")
+  want = {"gate_up": (experts.gate_up, (e, two_i, d), jnp.int4),
+          "gate_up_scale": (experts.gate_up_scale, (e, d // group_size, two_i), jnp.bfloat16),
+          "down": (experts.down, (e, d, inter), jnp.int4),
+          "down_scale": (experts.down_scale, (e, inter // group_size, d), jnp.bfloat16)}
+  for name, (arr, shape, dtype) in want.items():
+    if tuple(arr.shape) != shape or arr.dtype != dtype:
+      raise ValueError(f"mosaic_experts: {name} is {arr.dtype} {tuple(arr.shape)}, expected {jnp.dtype(dtype)} "
+                       f"{shape} (x {x.shape}; mosaic_layout.to_mosaic_layout makes them)")
+  if block_k % 64 or block_k % group_size:
+    raise ValueError(f"mosaic_experts: block_k {block_k} must be a multiple of 64 and of group_size {group_size}")
+  if stages < 1:
+    raise ValueError(f"mosaic_experts: stages {stages} must be >= 1")
+  for name, splits, length in (("k_splits", k_splits, d), ("k_splits_down", k_splits_down, inter)):
+    if splits < 1 or length % (splits * block_k):
+      raise ValueError(f"mosaic_experts: {name} {splits} x block_k {block_k} must divide the {length} inputs")
+  if two_i % ROWS or d % ROWS:
+    raise ValueError(f"mosaic_experts: 2I {two_i} and D {d} must be multiples of {ROWS}")
+
+
+@functools.partial(jax.jit, static_argnames=("group_size", "block_k", "stages", "k_splits", "k_splits_down",
+                                             "wgmma_in_flight", "interpret"))
+def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExperts, expert_offset=0, *,
+                               group_size=32, block_k=None, stages=4, k_splits=None, k_splits_down=None,
+                               wgmma_in_flight=0, interpret=False):
+  """Same result as reference.routed_experts_int4_reference, from the arrays of mosaic_layout.to_mosaic_layout.
+
+  x: bf16 [T, D], T <= 16; expert_ids: int32 [T, K] global ids; expert_weights: [T, K]; expert_offset may be
+  traced (shard_map). block_k: input columns per pipeline step; stages: steps whose copies are in flight;
+  k_splits / k_splits_down: programs that share one 64-row tile of gate/up / down, each over 1/S of the inputs
+  (more programs at one expert: gate/up of one K2.6 expert is 64 tiles, down 112); wgmma_in_flight 0 or 1: wgmma
+  groups left running at the end of a step (1 overlaps the next tile's conversion with this one's products).
+  None: default_options. Returns [T, D] bf16.
+  """
+  defaults = default_options(x.shape[1], experts.down.shape[2])
+  block_k = defaults[0] if block_k is None else block_k
+  k_splits = defaults[1] if k_splits is None else k_splits
+  k_splits_down = defaults[2] if k_splits_down is None else k_splits_down
+  check_options(x, experts, group_size=group_size, block_k=block_k, stages=stages, k_splits=k_splits,
+                k_splits_down=k_splits_down)
+  if wgmma_in_flight not in (0, 1):
+    raise ValueError(f"mosaic_experts: wgmma_in_flight {wgmma_in_flight} must be 0 or 1")
+  t, d = x.shape
+  num_local = experts.gate_up.shape[0]
+  num_slots = min(t * expert_ids.shape[1], num_local)
+  tp = token_pad(t)
+  used, slot_expert, slot_weight = expert_slots(expert_ids, expert_weights, expert_offset, num_local, num_slots)
+  live = (jnp.arange(num_slots) < used[0])[:, None, None]                    # [S, 1, 1]
+  x_pad = jnp.zeros((tp, d), jnp.bfloat16).at[:t].set(x)                     # [TP, D]
+  opts = dict(block_k=block_k, stages=stages, group_size=group_size, wgmma_in_flight=wgmma_in_flight,
+              interpret=interpret)
+  gate_up = _expert_matvec(used, slot_expert, x_pad, experts.gate_up, experts.gate_up_scale, k_splits=k_splits,
+                           **opts).sum(axis=0)                               # [S, 2I, TP]
+  gate, up = gate_up_halves(jnp.where(live, gate_up, 0.0))                   # [S, I, TP] each
+  h = jnp.swapaxes(jax.nn.silu(gate) * up, 1, 2).astype(jnp.bfloat16)       # [S, TP, I]
+  y = _expert_matvec(used, slot_expert, h, experts.down, experts.down_scale, k_splits=k_splits_down,
+                     **opts).sum(axis=0)                                     # [S, D, TP]
+  y = jnp.where(live, y, 0.0)[:, :, :t]
+  return jnp.einsum("ts,sdt->td", slot_weight, y).astype(x.dtype)
+
+
+def lower_for_h200(num_tokens, num_local=48, d=7168, inter=2048, top_k=8, group_size=32, **opts):
+  """jax.jit lowering of routed_experts_int4_mosaic for CUDA at a K2.6 per-GPU shard, without a GPU (tests)."""
+  sd = jax.ShapeDtypeStruct
+  experts = MosaicExperts(sd((num_local, 2 * inter, d), jnp.int4), sd((num_local, d // group_size, 2 * inter), jnp.bfloat16),
+                          sd((num_local, d, inter), jnp.int4), sd((num_local, inter // group_size, d), jnp.bfloat16))
+  args = (sd((num_tokens, d), jnp.bfloat16), sd((num_tokens, top_k), jnp.int32), sd((num_tokens, top_k), jnp.float32),
+          experts)
+  with jax.sharding.use_abstract_mesh(abstract_gpu_mesh()):
+    return routed_experts_int4_mosaic.trace(*args, group_size=group_size, **opts).lower(lowering_platforms=("cuda",))

@@ -417,10 +417,11 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
       chunked_experts[chunk] = jax.block_until_ready(experts_to_k_chunks(experts, chunk))
     return chunked_experts[chunk]
 
-  def mosaic_layout():                              # mosaic_layout.py's arrays, made once
-    if "mosaic" not in chunked_experts:
-      chunked_experts["mosaic"] = (jax.block_until_ready(to_mosaic_layout(*experts)),)
-    return chunked_experts["mosaic"]
+  def mosaic_layout(wgmma_order):                   # mosaic_layout.py's arrays, made once per column order
+    if ("mosaic", wgmma_order) not in chunked_experts:
+      chunked_experts["mosaic", wgmma_order] = (jax.block_until_ready(to_mosaic_layout(*experts,
+                                                                                       wgmma_order=wgmma_order)),)
+    return chunked_experts["mosaic", wgmma_order]
   for m in ms:
     if time.time() - T0 > budget_s:
       RESULTS["errors"].append(f"moe M={m}: skipped (time budget)")
@@ -450,7 +451,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
             ck = k_chunked(cfg["k_chunk"])
             cfg_args, cfg_sets = args[:3] + ck, [a_[:3] + ck for a_ in arg_sets]
           if cfg.get("kernel") == "mosaic":
-            mz = mosaic_layout()
+            mz = mosaic_layout(bool(cfg.get("wgmma_order")))
             cfg_args, cfg_sets = args[:3] + mz, [a_[:3] + mz for a_ in arg_sets]
           if cfg.get("kernel") == "default":           # what the model runs: routed_experts_int4's choice
             fn = functools.partial(routed_experts_int4, expert_offset=0,

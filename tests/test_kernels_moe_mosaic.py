@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # private: race detector state
 
-from custom_calls.moe_int4.layout import quantize_int4, unpack_int4
+from custom_calls.moe_int4.layout import pack_int4, quantize_int4, unpack_int4
 from custom_calls.moe_int4.mosaic_experts import (default_options, expert_slots, lower_for_h200,
                                                   routed_experts_int4_mosaic, token_pad)
-from custom_calls.moe_int4.mosaic_layout import (MosaicExperts, gate_up_halves, signed_int4, to_mosaic_layout)
+from custom_calls.moe_int4.mosaic_layout import gate_up_halves, signed_int4, to_mosaic_layout, wgmma_column_order
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
 from tests.kernel_checks import rel_err
 
@@ -66,6 +66,18 @@ def test_layout_keeps_every_weight_and_scale():
   np.testing.assert_array_equal(np.asarray(m.down_scale), np.asarray(jnp.swapaxes(ds, 1, 2)))
 
 
+def test_wgmma_column_order_is_its_own_inverse_and_swaps_column_pairs():
+  """Stored column 8c + 2j + b holds column 8j + 2c + b of each 32-column block (c, j < 4, b < 2)."""
+  q = np.random.default_rng(1).integers(-8, 8, (3, 64))
+  words = jnp.asarray(pack_int4(q))
+  stored = np.asarray(unpack_int4(wgmma_column_order(words)))
+  for col in range(64):
+    blk, r = divmod(col, 32)
+    c, j, b = r // 8, (r % 8) // 2, r % 2
+    np.testing.assert_array_equal(stored[:, col], q[:, 32 * blk + 8 * j + 2 * c + b])
+  np.testing.assert_array_equal(np.asarray(wgmma_column_order(wgmma_column_order(words))), np.asarray(words))
+
+
 def test_expert_slots_with_remote_and_repeated_experts():
   """Local experts 4..7 (offset 4): slots in ascending local id, the count, and each token's weight per slot."""
   ids = jnp.asarray([[6, 1], [4, 6], [9, 0]], jnp.int32)        # token 2 has no local expert
@@ -79,9 +91,10 @@ def test_expert_slots_with_remote_and_repeated_experts():
 CASES = [
     # (tokens, top-k, local experts, offset, D, I, group size, kernel options)
     (1, 4, 6, 2, 256, 128, 32, dict(block_k=128, stages=2)),                   # 1 token: most slots unused
-    (5, 3, 4, 0, 256, 128, 32, dict(block_k=64, stages=3, k_splits=2)),       # split K, more steps than stages
-    (11, 2, 4, 3, 256, 256, 64, dict(block_k=128, stages=4, k_splits_down=2)),  # 16-token pad, groups of 64
+    (5, 3, 4, 0, 256, 128, 32, dict(block_k=64, stages=3, k_splits=2, slot_lanes=1)),   # one lane runs every slot
+    (11, 2, 4, 3, 256, 256, 64, dict(block_k=128, k_splits_down=2, slot_lanes=3)),   # 16-token pad, groups of 64
     (16, 2, 3, 0, 128, 128, 32, {}),                                           # the defaults, stages > steps
+    (7, 3, 5, 1, 256, 128, 32, dict(wgmma_order=True, block_k=128)),           # registers as stored (see layout)
 ]
 
 
@@ -89,8 +102,8 @@ CASES = [
 def test_matches_reference(t, k, e, offset, d, inter, group_size, opts):
   stored = make_experts(t + e, e, d, inter, group_size)
   x, ids, w = make_tokens(t, t, k, 0, offset + e + 3, d)
-  out = run_interpret(x, ids, w, to_mosaic_layout(*stored, group_size=group_size), offset, group_size=group_size,
-                      **opts)
+  experts = to_mosaic_layout(*stored, group_size=group_size, wgmma_order=opts.get("wgmma_order", False))
+  out = run_interpret(x, ids, w, experts, offset, group_size=group_size, **opts)
   assert out.shape == x.shape and out.dtype == jnp.bfloat16
   assert rel_err(out, reference_f32(x, ids, w, stored, offset, group_size)) < 1e-2
 
@@ -133,6 +146,8 @@ def test_rejects_bad_inputs():
     call(stages=0)
   with pytest.raises(ValueError, match="group_size 16"):
     call(group_size=16)
+  with pytest.raises(ValueError, match="slot_lanes 0"):
+    call(slot_lanes=0)
   with pytest.raises(ValueError, match="wgmma_in_flight 2"):
     call(wgmma_in_flight=2)
   with pytest.raises(ValueError, match="gate_up_scale"):
@@ -145,7 +160,8 @@ def test_rejects_bad_inputs():
 
 
 @pytest.mark.parametrize("tokens,opts", [(1, {}), (8, dict(wgmma_in_flight=1, stages=6)),
-                                         (16, dict(block_k=512, k_splits=7, k_splits_down=2))])
+                                         (16, dict(block_k=512, k_splits=7, k_splits_down=2, slot_lanes=16)),
+                                         (4, dict(wgmma_order=True))])
 def test_lowers_for_h200_k26_shard(tokens, opts):
   """Both kernels (gate/up and down) lower for CUDA at the K2.6 shard (48 experts, D 7168, I 2048): Mosaic builds
   the TMA pipeline, the 4-bit loads, the wgmma-layout relayout and the m64nNk16 wgmma here."""
@@ -155,12 +171,14 @@ def test_lowers_for_h200_k26_shard(tokens, opts):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("tokens,opts", [(1, {}), (6, {}), (16, {}), (8, dict(wgmma_in_flight=1))])
+@pytest.mark.parametrize("tokens,opts", [(1, {}), (6, {}), (16, {}), (8, dict(wgmma_in_flight=1)),
+                                         (1, dict(wgmma_order=True)), (12, dict(wgmma_order=True))])
 def test_gpu_matches_reference_k26_shard(tokens, opts):
   """The compiled kernels at the K2.6 per-GPU shard (48 local experts of 384, top-8)."""
   e, d, inter = 48, 7168, 2048
   stored = make_experts(tokens, e, d, inter)
   x, ids, w = make_tokens(tokens, tokens, 8, 0, 384, d)
   ids = ids.at[:, 0].set(jnp.arange(tokens, dtype=jnp.int32) * 5 % e)   # every token has a local expert
-  out = routed_experts_int4_mosaic(x, ids, w, to_mosaic_layout(*stored), 0, **opts)
+  experts = to_mosaic_layout(*stored, wgmma_order=opts.get("wgmma_order", False))
+  out = routed_experts_int4_mosaic(x, ids, w, experts, 0, **opts)
   assert rel_err(out, reference_f32(x, ids, w, stored, 0)) < 1e-2

@@ -12,11 +12,12 @@ How (tokens are the wgmma's N side, so nothing is sorted or gathered):
   their count, and each token's routing weight per slot). A slot's expert runs on all T tokens, padded to
   TP = 8 or 16 rows (wgmma's N; a token that does not route to it gets weight 0 in the combine), so the tensor
   cores do up to TP x the useful FLOPs, which at these sizes cost nothing against the bytes.
-- `_expert_matvec` kernel, grid (slot, 64-row tile, K split): one warpgroup streams its expert's [64, K/S] int4
+- `_expert_matvec` kernel, grid (slot lane, 64-row tile, K split): for each of its slots (every `slot_lanes`-th
+  used one; the grid is the same whether 1 or 48 experts are hit) one warpgroup streams the expert's [64, K/S] int4
   weights and [K/S/g, 64] scales through shared memory with TMA (`emit_pipeline`, `stages` steps in flight), loads
   each [64, BK] tile into registers (Mosaic's 4-bit layout, then the wgmma layout), converts it to bf16, multiplies
   by the group scales, and runs wgmma (A = the weights in registers, B = [BK, TP] activations from shared memory)
-  into a [64, TP] fp32 accumulator. Programs of unused slots return at once.
+  into a [64, TP] fp32 accumulator.
 - Gate/up (mosaic_layout.py's interleaved rows: a 64-row tile holds the gate and up rows of the same 32 columns
   of h) -> XLA: sum of K splits, SiLU(gate) * up, rounded to bf16 (as the reference) -> down, one slot's h per
   program -> XLA: the slots' outputs weighted per token.
@@ -34,8 +35,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.experimental.mosaic import gpu as mgpu
+from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from custom_calls.gpu_lowering import abstract_gpu_mesh
@@ -69,12 +73,38 @@ def expert_slots(expert_ids, expert_weights, expert_offset, num_local, num_slots
   return used[None], slot_expert, slot_weight
 
 
-def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, block_k, stages, group_size, wgmma_in_flight,
-                   interpret):
+def _as_wgmma_operand(q):
+  """int4 [64, BK] in the 4-bit load layout (WGMMA_UPCAST_4X: a thread holds 8 consecutive columns of a row in
+  one 32-bit register) -> the same registers read as the wgmma layout (a thread holds columns 8j + 2c, + 1 of each
+  8-column tile j, c = lane % 4), without moving data: the 2-column slice j of the register that holds stored columns
+  8c..8c+7 becomes logical columns 8j + 2c, 8j + 2c + 1. So logical column 8j + 2c + b is stored column 8c + 2j + b
+  of its 32-column block, which is what mosaic_layout.wgmma_column_order stores. GPU lowering only (inline_mgpu).
+  Register arrays: [1, BK/32, 1, 1, 2 row halves, 1, 1, 1, 1] of vector<8xi4> -> [1, BK/8, ...] of vector<2xi4>."""
+  @plgpu.inline_mgpu(arg_types=(plgpu.Layout.WGMMA_UPCAST_4X,),
+                     return_type=plgpu.ShapeDtypeStruct(q.shape, q.dtype, layout=plgpu.Layout.WGMMA))
+  def reinterpret(_, loaded):
+    registers = np.empty(mgpu.WGMMA_LAYOUT.registers_shape(loaded.shape), dtype=object)
+    for idx, reg in np.ndenumerate(loaded.registers):
+      for j in range(4):
+        registers[(idx[0], 4 * idx[1] + j, *idx[2:])] = mgpu_utils.vector_slice(reg, slice(2 * j, 2 * j + 2))
+    return mgpu.FragmentedArray(_registers=registers, _layout=mgpu.WGMMA_LAYOUT, _is_signed=loaded.is_signed)
+  return reinterpret(q)
+
+
+def _from_wgmma_column_order(a):
+  """[64, BK] read in stored column order -> logical order (interpret mode's stand-in for _as_wgmma_operand)."""
+  rows, bk = a.shape
+  return jnp.swapaxes(a.reshape(rows, bk // 32, 4, 4, 2), 2, 3).reshape(rows, bk)
+
+
+def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, block_k, stages, group_size,
+                   wgmma_order, wgmma_in_flight, interpret):
   """out[s, slot, r, t] = sum over split s's columns k of W[e, r, k] * act[t, k], e = slot_expert[slot].
 
   used: int32 [1]; slot_expert: int32 [S]; act: bf16 [TP, K] (every slot) or [S, TP, K] (one per slot);
   w: int4 [E, R, K]; scale: bf16 [E, K/g, R]. Returns f32 [k_splits, S, R, TP]; slots >= used are not written.
+  Grid (lane, tile, split): program (l, j, s) runs tile j and split s of slots l, l + L, l + 2L, ... below used,
+  one after the other (L = slot_lanes), so the grid does not grow with the slots that may be used.
   """
   num_slots = slot_expert.shape[0]
   rows_total, k = w.shape[1:]
@@ -82,62 +112,73 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, block_k, stage
   per_slot_act = act.ndim == 3
   k_split = k // k_splits
   groups = block_k // group_size
+  lanes = min(slot_lanes, num_slots)
   wgmma_layout = plgpu.Layout.WGMMA
   row_vector = plgpu.Layout.WGMMA.reduce(1)
   in_flight = 0 if interpret else wgmma_in_flight
 
-  def body(used_ref, slot_expert_ref, act_ref, w_ref, scale_ref, out_ref):
-    slot = lax.axis_index("slot")
-    tile = lax.axis_index("tile")
+  def body(used_ref, slot_expert_ref, act_ref, w_ref, scale_ref, out_ref, a_smem, out_smem):
+    # a_smem [ROWS, BK] bf16: interpret mode's A operand; out_smem [ROWS, TP] f32: the result's staging.
+    lane = lax.axis_index("lane")
+    rows = pl.ds(lax.axis_index("tile") * ROWS, ROWS)
     split = lax.axis_index("split")
+    cols = pl.ds(split * k_split, k_split)
+    scale_rows = pl.ds(split * (k_split // group_size), k_split // group_size)
 
-    @pl.when(slot < used_ref[0])
-    def _():
-      e = slot_expert_ref[slot]
-      rows = pl.ds(tile * ROWS, ROWS)
-      cols = pl.ds(split * k_split, k_split)
-      act_slot = act_ref.at[slot, :, cols] if per_slot_act else act_ref.at[:, cols]
-
-      def with_scratch(a_smem, out_smem):
-        # a_smem [ROWS, BK] bf16: interpret mode's A operand; out_smem [ROWS, TP] f32: the result's staging.
-        def accumulate(acc):
-          def step(_, w_tile, scale_tile, act_tile):
-            # w_tile int4 [ROWS, BK]; scale_tile bf16 [BK/g, ROWS]; act_tile bf16 [TP, BK]
-            q = plgpu.layout_cast(plgpu.load(w_tile, (), layout=plgpu.Layout.WGMMA_UPCAST_4X), wgmma_layout)
-            s = jnp.concatenate(
-                [lax.broadcast_in_dim(plgpu.load(scale_tile.at[g], (), layout=row_vector), (ROWS, group_size), [0])
-                 for g in range(groups)], axis=1)                                      # [ROWS, BK]
-            a = q.astype(jnp.bfloat16) * s
-            if interpret:
-              a_smem[...] = a
-              plgpu.commit_smem()
-              a = a_smem
-            plgpu.wgmma(acc, a, act_tile.transpose((1, 0)))
-            plgpu.wgmma_wait(in_flight)
-
-          plgpu.emit_pipeline(
-              step, grid=(k_split // block_k,),
-              in_specs=[plgpu.BlockSpec((ROWS, block_k), lambda i: (0, i)),
-                        plgpu.BlockSpec((groups, ROWS), lambda i: (i, 0)),
-                        plgpu.BlockSpec((tp, block_k), lambda i: (0, i), transforms=_ACT_TILES,
-                                        delay_release=in_flight)],
-              max_concurrent_steps=stages,
-          )(w_ref.at[e, rows, cols], scale_ref.at[e, pl.ds(split * (k_split // group_size), k_split // group_size), rows],
-            act_slot)
-          plgpu.wgmma_wait(0)
-          return acc[...]
-
-        out_smem[...] = pl.run_scoped(accumulate, plgpu.ACC((ROWS, tp), jnp.float32))
+    def step(acc, w_tile, scale_tile, act_tile):
+      # w_tile int4 [ROWS, BK]; scale_tile bf16 [BK/g, ROWS]; act_tile bf16 [TP, BK]
+      q = plgpu.load(w_tile, (), layout=plgpu.Layout.WGMMA_UPCAST_4X)
+      if not wgmma_order:
+        q = plgpu.layout_cast(q, wgmma_layout)              # Mosaic moves the nibbles (shuffles, byte permutes)
+      elif not interpret:
+        q = _as_wgmma_operand(q)                            # no data movement: the stored order did it
+      a = q.astype(jnp.bfloat16)
+      if wgmma_order and interpret:
+        a = _from_wgmma_column_order(a)
+      s = jnp.concatenate(
+          [lax.broadcast_in_dim(plgpu.load(scale_tile.at[g], (), layout=row_vector), (ROWS, group_size), [0])
+           for g in range(groups)], axis=1)                                            # [ROWS, BK]
+      a = a * s
+      if interpret:
+        a_smem[...] = a
         plgpu.commit_smem()
-        plgpu.copy_smem_to_gmem(out_smem, out_ref.at[split, slot, rows])
-        plgpu.wait_smem_to_gmem(0)
+        a = a_smem
+      plgpu.wgmma(acc, a, act_tile.transpose((1, 0)))
+      plgpu.wgmma_wait(in_flight)
 
-      pl.run_scoped(with_scratch, plgpu.SMEM((ROWS, block_k), jnp.bfloat16, transforms=_ACT_TILES),
-                    plgpu.SMEM((ROWS, tp), jnp.float32))
+    def one_slot(i, carry):
+      slot = lane + i * lanes
+      e = slot_expert_ref[slot]
+
+      def accumulate(acc):
+        plgpu.emit_pipeline(
+            lambda _, *tiles: step(acc, *tiles), grid=(k_split // block_k,),
+            in_specs=[plgpu.BlockSpec((ROWS, block_k), lambda j: (0, j)),
+                      plgpu.BlockSpec((groups, ROWS), lambda j: (j, 0)),
+                      plgpu.BlockSpec((tp, block_k), lambda j: (0, j), transforms=_ACT_TILES,
+                                      delay_release=in_flight)],
+            max_concurrent_steps=stages,
+        )(w_ref.at[e, rows, cols], scale_ref.at[e, scale_rows, rows],
+          act_ref.at[slot, :, cols] if per_slot_act else act_ref.at[:, cols])
+        plgpu.wgmma_wait(0)
+        return acc[...]
+
+      out_smem[...] = pl.run_scoped(accumulate, plgpu.ACC((ROWS, tp), jnp.float32))
+      plgpu.commit_smem()
+      plgpu.copy_smem_to_gmem(out_smem, out_ref.at[split, slot, rows])
+      plgpu.wait_smem_to_gmem(0)                  # out_smem is written again for the lane's next slot
+      return carry
+
+    mine = (jnp.maximum(used_ref[0] - lane, 0) + lanes - 1) // lanes
+    lax.fori_loop(0, mine, one_slot, 0)
+
+  def entry(*refs):
+    pl.run_scoped(lambda *scratch: body(*refs, *scratch),
+                  plgpu.SMEM((ROWS, block_k), jnp.bfloat16, transforms=_ACT_TILES), plgpu.SMEM((ROWS, tp), jnp.float32))
 
   kernel = plgpu.kernel(
-      body, out_type=jax.ShapeDtypeStruct((k_splits, num_slots, rows_total, tp), jnp.float32),
-      grid=(num_slots, rows_total // ROWS, k_splits), grid_names=("slot", "tile", "split"),
+      entry, out_type=jax.ShapeDtypeStruct((k_splits, num_slots, rows_total, tp), jnp.float32),
+      grid=(lanes, rows_total // ROWS, k_splits), grid_names=("lane", "tile", "split"),
       interpret=plgpu.InterpretGPUParams(detect_races=True) if interpret else None)
   return kernel(used, slot_expert, act, w, scale)
 
@@ -181,16 +222,19 @@ def check_options(x, experts: MosaicExperts, *, group_size, block_k, stages, k_s
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_k", "stages", "k_splits", "k_splits_down",
-                                             "wgmma_in_flight", "interpret"))
+                                             "slot_lanes", "wgmma_order", "wgmma_in_flight", "interpret"))
 def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExperts, expert_offset=0, *,
                                group_size=32, block_k=None, stages=4, k_splits=None, k_splits_down=None,
-                               wgmma_in_flight=0, interpret=False):
+                               slot_lanes=4, wgmma_order=False, wgmma_in_flight=0, interpret=False):
   """Same result as reference.routed_experts_int4_reference, from the arrays of mosaic_layout.to_mosaic_layout.
 
   x: bf16 [T, D], T <= 16; expert_ids: int32 [T, K] global ids; expert_weights: [T, K]; expert_offset may be
   traced (shard_map). block_k: input columns per pipeline step; stages: steps whose copies are in flight;
   k_splits / k_splits_down: programs that share one 64-row tile of gate/up / down, each over 1/S of the inputs
-  (more programs at one expert: gate/up of one K2.6 expert is 64 tiles, down 112); wgmma_in_flight 0 or 1: wgmma
+  (more programs at one expert: gate/up of one K2.6 expert is 64 tiles, down 112); slot_lanes: programs that
+  share a tile and split, each running every slot_lanes-th used slot (at most the slots); wgmma_order: the
+  experts were made with to_mosaic_layout(wgmma_order=True), so a loaded tile is the wgmma operand as it is;
+  wgmma_in_flight 0 or 1: wgmma
   groups left running at the end of a step (1 overlaps the next tile's conversion with this one's products).
   None: default_options. Returns [T, D] bf16.
   """
@@ -200,6 +244,8 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
   k_splits_down = defaults[2] if k_splits_down is None else k_splits_down
   check_options(x, experts, group_size=group_size, block_k=block_k, stages=stages, k_splits=k_splits,
                 k_splits_down=k_splits_down)
+  if slot_lanes < 1:
+    raise ValueError(f"mosaic_experts: slot_lanes {slot_lanes} must be >= 1")
   if wgmma_in_flight not in (0, 1):
     raise ValueError(f"mosaic_experts: wgmma_in_flight {wgmma_in_flight} must be 0 or 1")
   t, d = x.shape
@@ -209,8 +255,8 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
   used, slot_expert, slot_weight = expert_slots(expert_ids, expert_weights, expert_offset, num_local, num_slots)
   live = (jnp.arange(num_slots) < used[0])[:, None, None]                    # [S, 1, 1]
   x_pad = jnp.zeros((tp, d), jnp.bfloat16).at[:t].set(x)                     # [TP, D]
-  opts = dict(block_k=block_k, stages=stages, group_size=group_size, wgmma_in_flight=wgmma_in_flight,
-              interpret=interpret)
+  opts = dict(block_k=block_k, stages=stages, group_size=group_size, slot_lanes=slot_lanes,
+              wgmma_order=wgmma_order, wgmma_in_flight=wgmma_in_flight, interpret=interpret)
   gate_up = _expert_matvec(used, slot_expert, x_pad, experts.gate_up, experts.gate_up_scale, k_splits=k_splits,
                            **opts).sum(axis=0)                               # [S, 2I, TP]
   gate, up = gate_up_halves(jnp.where(live, gate_up, 0.0))                   # [S, I, TP] each

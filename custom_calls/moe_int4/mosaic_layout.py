@@ -9,6 +9,10 @@ converts it with Mosaic's int4 -> bf16 path.
 - Gate and up are one array [E, 2I, D] whose rows alternate in blocks of 32: rows [64i, 64i + 32) are gate rows
   [32i, 32i + 32) and rows [64i + 32, 64i + 64) the same up rows. One 64-row program then produces the gate and
   up values of 32 columns of h, so that SiLU(gate) * up needs no other program's output.
+- With `wgmma_order`, the columns of every 32-column block are stored in the order that lets the kernel use the
+  registers of its 4-bit tile load as the wgmma operand without moving them between threads
+  (mosaic_experts.py `_as_wgmma_operand`): stored column 8c + 2j + b holds column 8j + 2c + b (c, j < 4, b < 2).
+  On the words this is a transpose of the 4 x 4 bytes of each 4 words (byte c of word j <-> byte j of word c).
 - Scales are transposed to [E, in/g, out], so that the scales of one group of a 64-row tile are 64 contiguous
   bf16 (one row-vector load in the kernel). They must be bf16 (Kimi's are): the kernel dequantises in bf16, and
   q * scale rounded to bf16 is then what the reference computes (layout.dequantize_int4).
@@ -38,6 +42,16 @@ def signed_int4(packed):
   return nibbles.reshape(*packed.shape[:-1], packed.shape[-1] * 8)
 
 
+def wgmma_column_order(packed):
+  """int32 words [..., in/8] -> the same weights with the columns of each 32-column block in wgmma_order.
+
+  The order is its own inverse (it swaps j and c in column 8j + 2c + b)."""
+  if packed.shape[-1] % 4:
+    raise ValueError(f"wgmma_column_order: {packed.shape[-1] * 8} inputs are not a multiple of 32")
+  blocks = lax.bitcast_convert_type(packed.reshape(*packed.shape[:-1], -1, 4), jnp.uint8)   # [..., in/32, 4 j, 4 c]
+  return lax.bitcast_convert_type(jnp.swapaxes(blocks, -1, -2), jnp.int32).reshape(packed.shape)
+
+
 def _interleave_gate_up(gate, up):
   """gate, up: [E, I, ...] -> [E, 2I, ...], rows alternating in blocks of GATE_UP_BLOCK."""
   e, inter = gate.shape[:2]
@@ -46,8 +60,10 @@ def _interleave_gate_up(gate, up):
   return jnp.concatenate([blocks(gate), blocks(up)], axis=2).reshape(e, 2 * inter, *rest)
 
 
-def to_mosaic_layout(gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale, *, group_size=32):
-  """The stored compressed-tensors arrays (repack.Int4Experts order) -> MosaicExperts. Run once at load."""
+def to_mosaic_layout(gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale, *, group_size=32,
+                     wgmma_order=False):
+  """The stored compressed-tensors arrays (repack.Int4Experts order) -> MosaicExperts. Run once at load.
+  wgmma_order: store the columns for the kernels' wgmma_order=True (module docstring)."""
   e, inter, d8 = gate_packed.shape
   d = d8 * 8
   want = {"gate_packed": (gate_packed, (e, inter, d8)), "up_packed": (up_packed, (e, inter, d8)),
@@ -62,9 +78,10 @@ def to_mosaic_layout(gate_packed, gate_scale, up_packed, up_scale, down_packed, 
       raise TypeError(f"to_mosaic_layout: {name} is {arr.dtype}; the Mosaic expert kernels need bf16 scales")
   if inter % GATE_UP_BLOCK:
     raise ValueError(f"to_mosaic_layout: the intermediate size {inter} is not a multiple of {GATE_UP_BLOCK}")
-  gate_up = _interleave_gate_up(signed_int4(gate_packed), signed_int4(up_packed))
+  order = wgmma_column_order if wgmma_order else (lambda words: words)
+  gate_up = _interleave_gate_up(signed_int4(order(gate_packed)), signed_int4(order(up_packed)))
   gate_up_scale = jnp.swapaxes(_interleave_gate_up(gate_scale, up_scale), 1, 2)
-  return MosaicExperts(gate_up, gate_up_scale, signed_int4(down_packed), jnp.swapaxes(down_scale, 1, 2))
+  return MosaicExperts(gate_up, gate_up_scale, signed_int4(order(down_packed)), jnp.swapaxes(down_scale, 1, 2))
 
 
 def gate_up_halves(rows):

@@ -4,9 +4,10 @@
 # 1. its GPU tests (the compiled kernels against the reference at the K2.6 shard), with ptxas's register and spill
 #    report (MOSAIC_GPU_DUMP_PTXAS) and the SASS (MOSAIC_GPU_DUMP_SASS) in tests.log;
 # 2. the dispatch (k-chunked: Triton gemv up to 6 tokens, grouped above) against the Mosaic kernels at 1, 4, 9 (a
-#    DDTree N=8 verify) and 16 tokens, default first and last (the run's spread): the defaults, wgmma_in_flight 1 (the next tile's conversion overlaps
-#    this tile's wgmma), 6 stages, K steps of 512 (gate/up split 7 ways), gate/up unsplit, down split in two, one and
-#    16 slot lanes, and wgmma_order (weights stored so that the loaded registers are the wgmma operand: no shuffles).
+#    DDTree N=8 verify) and 16 tokens, default first and last (the run's spread): the defaults, wgmma_in_flight 1
+#    (the next tile's conversion overlaps this tile's wgmma), 6 stages, K steps of 512 (gate/up split 7 ways),
+#    gate/up unsplit, down split in two, one and 16 slot lanes, and wgmma_order (weights stored so that the loaded
+#    registers are the wgmma operand: no shuffles).
 # If the Mosaic kernels win at some token counts, the next step is the model's load-time layout (a --moe_layout
 # for mosaic_layout.to_mosaic_layout) and the dispatch bound; if a test fails, tests.log says where.
 set -x

@@ -6,6 +6,9 @@ CUDA against an abstract H200 at the K2.6 per-GPU shard (Mosaic builds the kerne
 layouts, the int4 loads and conversions, the wgmma shapes; it is not compiled by ptxas nor run). The tests marked
 gpu compile and run them.
 """
+import os
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,6 +21,9 @@ from custom_calls.moe_int4.mosaic_experts import (default_options, expert_slots,
 from custom_calls.moe_int4.mosaic_layout import gate_up_halves, signed_int4, to_mosaic_layout, wgmma_column_order
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
 from tests.kernel_checks import rel_err
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+from mosaic_ops_report import lowered_kernels, step_counts  # noqa: E402
 
 
 def make_experts(seed, e, d, inter, group_size=32):
@@ -167,6 +173,17 @@ def test_lowers_for_h200_k26_shard(tokens, opts):
   the TMA pipeline, the 4-bit loads, the wgmma-layout relayout and the m64nNk16 wgmma here."""
   text = lower_for_h200(tokens, **opts).as_text()
   assert text.count("mosaic_gpu_v2") == 2
+
+
+def test_lowered_step_work_and_shared_memory():
+  """benchmarks/mosaic_ops_report.py's counts (RESULTS, sixteenth round): one 256-column step of a thread is 4 ldmatrix,
+  64 int4 -> bf16x2 conversions, 64 scale multiplies and 16 wgmma; the relayout to the wgmma layout is 32 shuffles,
+  none with wgmma_order; 54 KB of shared memory a program at one token, 72 KB at 16."""
+  for tokens, opts, shuffles, smem in ((1, {}, 32, 55328), (16, dict(wgmma_order=True), 0, 73760)):
+    for text in lowered_kernels(tokens, **opts):
+      counts, smem_bytes = step_counts(text)
+      assert (counts["ldmatrix"], counts["int4_to_bf16x2"], counts["scale_mul_bf16x2"], counts["wgmma"]) == (4, 64, 64, 16)
+      assert counts["shuffle"] == shuffles and smem_bytes == smem
 
 
 @pytest.mark.gpu

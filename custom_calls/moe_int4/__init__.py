@@ -3,6 +3,9 @@
 API for the model: load the expert arrays once (optionally through `repack`, which validates them and
 returns an `Int4Experts` tuple in the order of the arguments below), then call
 `routed_experts_int4(x, ids, weights, *experts, expert_offset=..., impl="auto")` per layer.
+
+Not dispatched yet: mosaic_experts.py (tensor cores for 1-16 tokens, Pallas Mosaic GPU, its own load-time layout
+mosaic_layout.py), tested on the CPU only; benchmarks/results/issue6_r16/call4.sh times it against this dispatch.
 """
 import jax
 

@@ -118,7 +118,8 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, bl
   in_flight = 0 if interpret else wgmma_in_flight
 
   def body(used_ref, slot_expert_ref, act_ref, w_ref, scale_ref, out_ref, a_smem, out_smem):
-    # a_smem [ROWS, BK] bf16: interpret mode's A operand; out_smem [ROWS, TP] f32: the result's staging.
+    # a_smem [ROWS, BK] bf16: interpret mode's A operand (None on a GPU); out_smem [ROWS, TP] f32: the result's
+    # staging.
     lane = lax.axis_index("lane")
     rows = pl.ds(lax.axis_index("tile") * ROWS, ROWS)
     split = lax.axis_index("split")
@@ -173,8 +174,10 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, bl
     lax.fori_loop(0, mine, one_slot, 0)
 
   def entry(*refs):
-    pl.run_scoped(lambda *scratch: body(*refs, *scratch),
-                  plgpu.SMEM((ROWS, block_k), jnp.bfloat16, transforms=_ACT_TILES), plgpu.SMEM((ROWS, tp), jnp.float32))
+    # interpret mode's A operand (the GPU keeps it in registers, so the 32 KB are not allocated there)
+    a_tile = plgpu.SMEM((ROWS, block_k), jnp.bfloat16, transforms=_ACT_TILES) if interpret else None
+    pl.run_scoped(lambda out_smem, a_smem=None: body(*refs, a_smem, out_smem),
+                  plgpu.SMEM((ROWS, tp), jnp.float32), *([a_tile] if interpret else []))
 
   kernel = plgpu.kernel(
       entry, out_type=jax.ShapeDtypeStruct((k_splits, num_slots, rows_total, tp), jnp.float32),

@@ -17,7 +17,7 @@ from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # private: race 
 
 from custom_calls.moe_int4.layout import pack_int4, quantize_int4, unpack_int4
 from custom_calls.moe_int4.mosaic_experts import (default_options, expert_slots, lower_for_h200,
-                                                  routed_experts_int4_mosaic, token_pad)
+                                                  routed_experts_int4_mosaic, token_pad, wgmma_register_of)
 from custom_calls.moe_int4.mosaic_layout import gate_up_halves, signed_int4, to_mosaic_layout, wgmma_column_order
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
 from tests.kernel_checks import rel_err
@@ -84,6 +84,61 @@ def test_wgmma_column_order_is_its_own_inverse_and_swaps_column_pairs():
   np.testing.assert_array_equal(np.asarray(wgmma_column_order(wgmma_column_order(words))), np.asarray(words))
 
 
+def _thread_view(layout, shape):
+  """For a Mosaic TiledLayout: {(warp, lane, register index): [(row, col) of each vector element]}, from the layout's
+  tiling, warp, lane and vector dims (tiles applied to the trailing dims in turn; lane dims most major first)."""
+  rows, cols = np.indices(shape)
+  coords = np.stack([rows, cols], axis=-1)                           # [*shape, 2]
+  for tile in layout.tiling.tiles:
+    lead, tail = coords.shape[:-1 - len(tile)], coords.shape[-1 - len(tile):-1]
+    split = [v for d, t in zip(tail, tile) for v in (d // t, t)]
+    coords = coords.reshape(*lead, *split, 2)
+    n = len(lead)
+    order = list(range(n)) + [n + 2 * i for i in range(len(tile))] + [n + 2 * i + 1 for i in range(len(tile))]
+    coords = coords.transpose(*order, coords.ndim - 1)
+  tiled = coords.shape[:-1]
+  assert tuple(d if i not in {x % len(tiled) for x in (*layout.warp_dims, *layout.lane_dims, layout.vector_dim)} else 1
+               for i, d in enumerate(tiled)) == layout.registers_shape(shape)     # the simulation agrees with Mosaic
+  view = {}
+  for index in np.ndindex(*tiled):
+    warp = index[layout.warp_dims[0]]
+    lane = 0
+    for dim in layout.lane_dims:
+      lane = lane * tiled[dim] + index[dim]
+    reg = tuple(0 if i % len(tiled) in {x % len(tiled) for x in (*layout.warp_dims, *layout.lane_dims, layout.vector_dim)}
+                else v for i, v in enumerate(index))
+    view.setdefault((warp, lane, reg), []).append(tuple(coords[index]))
+  return view
+
+
+def test_wgmma_register_map_matches_mosaic_layouts_and_the_stored_order():
+  """_as_wgmma_operand reads nibble pair j of a 4-bit-layout register as the wgmma register wgmma_register_of(idx, j)
+  of the same thread. From Mosaic's layout definitions: both registers hold the same row, and the stored column the
+  4-bit load reads is the one that mosaic_layout.wgmma_column_order puts at the logical column wgmma sees."""
+  from jax.experimental.mosaic import gpu as mgpu
+  shape = (64, 64)
+  wgmma = _thread_view(mgpu.WGMMA_LAYOUT, shape)
+  assert wgmma[(0, 1, (0,) * 9)] == [(0, 2), (0, 3)] and wgmma[(0, 4, (0,) * 9)] == [(1, 0), (1, 1)]  # PTX's picture
+  loaded = _thread_view(mgpu.WGMMA_LAYOUT_UPCAST_4X, shape)
+  # the stored column that holds logical column g under wgmma_column_order, read off the words themselves
+  cols = np.arange(64)
+  logical = np.stack([cols % 16 - 8, cols // 16 - 8])               # every column a distinct pair of int4 values
+  stored = np.asarray(unpack_int4(wgmma_column_order(jnp.asarray(pack_int4(logical)))))
+  held_at = {}
+  for col in range(64):
+    [held_at[col]] = [g for g in range(64) if (logical[:, g] == stored[:, col]).all()]
+  checked = 0
+  for (warp, lane, reg), elements in loaded.items():
+    assert len(elements) == 8
+    for j in range(4):
+      target = wgmma[(warp, lane, wgmma_register_of(reg, j))]
+      for b in range(2):
+        (row_s, col_s), (row_g, col_g) = elements[2 * j + b], target[b]
+        assert row_s == row_g and col_g == held_at[col_s]
+        checked += 1
+  assert checked == 64 * 64
+
+
 def test_expert_slots_with_remote_and_repeated_experts():
   """Local experts 4..7 (offset 4): slots in ascending local id, the count, and each token's weight per slot."""
   ids = jnp.asarray([[6, 1], [4, 6], [9, 0]], jnp.int32)        # token 2 has no local expert
@@ -101,6 +156,7 @@ CASES = [
     (11, 2, 4, 3, 256, 256, 64, dict(block_k=128, k_splits_down=2, slot_lanes=3)),   # 16-token pad, groups of 64
     (16, 2, 3, 0, 128, 128, 32, {}),                                           # the defaults, stages > steps
     (7, 3, 5, 1, 256, 128, 32, dict(wgmma_order=True, block_k=128)),           # registers as stored (see layout)
+    (3, 2, 2, 0, 256, 256, 128, dict(block_k=128, stages=1)),                 # groups of 128, one stage
 ]
 
 
@@ -115,7 +171,7 @@ def test_matches_reference(t, k, e, offset, d, inter, group_size, opts):
 
 
 def test_token_without_local_expert_is_zero_and_offset_traced():
-  """Token 0 routes only to remote experts: its row is exactly zero (unused slots never reach the output)."""
+  """Token 0 routes only to remote experts: its row is exactly zero."""
   e, d, inter, offset = 4, 128, 64, 4
   stored = make_experts(3, e, d, inter)
   ids = jnp.asarray([[0, 11], [4, 9], [5, 7], [2, 6]], jnp.int32)
@@ -125,6 +181,20 @@ def test_token_without_local_expert_is_zero_and_offset_traced():
   out = jax.block_until_ready(f(jnp.int32(offset)))
   np.testing.assert_array_equal(np.asarray(out[0], np.float32), 0.0)
   assert rel_err(out, reference_f32(x, ids, w, stored, offset)) < 1e-2
+
+
+def test_no_local_expert_at_all_and_an_expert_twice_in_a_token():
+  """No token routes to this device (no slot used: every output is the kernels' unwritten memory, masked to exact
+  zeros); then a token that lists one expert twice (its two weights add up, as in the reference)."""
+  e, d, inter = 3, 128, 64
+  stored = make_experts(5, e, d, inter)
+  m = to_mosaic_layout(*stored)
+  x, _, w = make_tokens(6, 2, 2, 0, 8, d)
+  remote = jnp.asarray([[5, 7], [6, 3]], jnp.int32)
+  np.testing.assert_array_equal(np.asarray(run_interpret(x, remote, w, m, 0), np.float32), 0.0)
+  twice = jnp.asarray([[1, 1], [2, 0]], jnp.int32)
+  out = run_interpret(x, twice, w, m, 0)
+  assert rel_err(out, reference_f32(x, twice, w, stored, 0)) < 1e-2
 
 
 def test_defaults_and_token_pad():
@@ -150,6 +220,8 @@ def test_rejects_bad_inputs():
     call(k_splits=3)
   with pytest.raises(ValueError, match="stages 0"):
     call(stages=0)
+  with pytest.raises(ValueError, match="stages 1 must be > wgmma_in_flight 1"):
+    call(stages=1, wgmma_in_flight=1)
   with pytest.raises(ValueError, match="group_size 16"):
     call(group_size=16)
   with pytest.raises(ValueError, match="slot_lanes 0"):
@@ -177,25 +249,39 @@ def test_lowers_for_h200_k26_shard(tokens, opts):
 
 def test_lowered_step_work_and_shared_memory():
   """benchmarks/mosaic_ops_report.py's counts (RESULTS, sixteenth round): one 256-column step of a thread is 4 ldmatrix,
-  64 int4 -> bf16x2 conversions, 64 scale multiplies and 16 wgmma; the relayout to the wgmma layout is 32 shuffles,
-  none with wgmma_order; 54 KB of shared memory a program at one token, 72 KB at 16."""
-  for tokens, opts, shuffles, smem in ((1, {}, 32, 55328), (16, dict(wgmma_order=True), 0, 73760)):
+  64 int4 -> bf16x2 conversions, 64 scale multiplies, 16 scale loads and 16 wgmma; the relayout to the wgmma layout
+  is 32 shuffles and 32 byte permutes, none with wgmma_order; 54 KB of shared memory a program at one token, 72 KB
+  at 16."""
+  for tokens, opts, relayout, smem in ((1, {}, 32, 55328), (16, dict(wgmma_order=True), 0, 73760)):
     for text in lowered_kernels(tokens, **opts):
       counts, smem_bytes = step_counts(text)
-      assert (counts["ldmatrix"], counts["int4_to_bf16x2"], counts["scale_mul_bf16x2"], counts["wgmma"]) == (4, 64, 64, 16)
-      assert counts["shuffle"] == shuffles and smem_bytes == smem
+      assert counts == dict(ldmatrix=4, shuffle=relayout, byte_permute=relayout, int4_to_bf16x2=64,
+                            scale_mul_bf16x2=64, scale_load=16, wgmma=16)
+      assert smem_bytes == smem
+
+
+@pytest.fixture(scope="module")
+def k26_shard_experts():
+  """K2.6's per-GPU expert shard (48 experts, D 7168, I 2048, group 32) with random words and scales, made on the
+  device (numpy quantisation of 2 G weights would take minutes): the stored arrays and both Mosaic layouts."""
+  e, d, inter = 48, 7168, 2048
+  ks = jax.random.split(jax.random.PRNGKey(0), 6)
+  words = lambda k, shape: jax.random.bits(k, shape, jnp.uint32).view(jnp.int32)
+  scales = lambda k, shape: (jax.random.uniform(k, shape, jnp.float32, 0.5, 1.5) * 0.01).astype(jnp.bfloat16)
+  stored = (words(ks[0], (e, inter, d // 8)), scales(ks[1], (e, inter, d // 32)),
+            words(ks[2], (e, inter, d // 8)), scales(ks[3], (e, inter, d // 32)),
+            words(ks[4], (e, d, inter // 8)), scales(ks[5], (e, d, inter // 32)))
+  return stored, {order: to_mosaic_layout(*stored, wgmma_order=order) for order in (False, True)}
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
 @pytest.mark.parametrize("tokens,opts", [(1, {}), (6, {}), (16, {}), (8, dict(wgmma_in_flight=1)),
                                          (1, dict(wgmma_order=True)), (12, dict(wgmma_order=True))])
-def test_gpu_matches_reference_k26_shard(tokens, opts):
+def test_gpu_matches_reference_k26_shard(k26_shard_experts, tokens, opts):
   """The compiled kernels at the K2.6 per-GPU shard (48 local experts of 384, top-8)."""
-  e, d, inter = 48, 7168, 2048
-  stored = make_experts(tokens, e, d, inter)
-  x, ids, w = make_tokens(tokens, tokens, 8, 0, 384, d)
-  ids = ids.at[:, 0].set(jnp.arange(tokens, dtype=jnp.int32) * 5 % e)   # every token has a local expert
-  experts = to_mosaic_layout(*stored, wgmma_order=opts.get("wgmma_order", False))
-  out = routed_experts_int4_mosaic(x, ids, w, experts, 0, **opts)
+  stored, layouts = k26_shard_experts
+  x, ids, w = make_tokens(tokens, tokens, 8, 0, 384, 7168)
+  ids = ids.at[:, 0].set(jnp.arange(tokens, dtype=jnp.int32) * 5 % 48)   # every token has a local expert
+  out = routed_experts_int4_mosaic(x, ids, w, layouts[opts.get("wgmma_order", False)], 0, **opts)
   assert rel_err(out, reference_f32(x, ids, w, stored, 0)) < 1e-2

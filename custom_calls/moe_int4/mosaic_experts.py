@@ -68,9 +68,15 @@ def expert_slots(expert_ids, expert_weights, expert_offset, num_local, num_slots
   present = hit.any(axis=(0, 1))                                                         # [E]
   used = present.sum(dtype=jnp.int32)
   slot_expert = jnp.nonzero(present, size=num_slots, fill_value=0)[0].astype(jnp.int32)  # [S]
-  weight_te = jnp.einsum("tke,tk->te", hit.astype(jnp.float32), expert_weights.astype(jnp.float32))
+  weight_te = jnp.sum(hit * expert_weights.astype(jnp.float32)[..., None], axis=1)      # [T, E], f32 exactly
   slot_weight = jnp.where(jnp.arange(num_slots) < used, weight_te[:, slot_expert], 0.0)  # [T, S]
   return used[None], slot_expert, slot_weight
+
+
+def wgmma_register_of(idx, j):
+  """The wgmma-layout register that _as_wgmma_operand makes from nibble pair j (bits 8j..8j+7) of the 4-bit-layout
+  register idx: 8-column tile 4 * (32-column tile) + j, the same row half (tests check it against Mosaic's layouts)."""
+  return (idx[0], 4 * idx[1] + j, *idx[2:])
 
 
 def _as_wgmma_operand(q):
@@ -86,7 +92,7 @@ def _as_wgmma_operand(q):
     registers = np.empty(mgpu.WGMMA_LAYOUT.registers_shape(loaded.shape), dtype=object)
     for idx, reg in np.ndenumerate(loaded.registers):
       for j in range(4):
-        registers[(idx[0], 4 * idx[1] + j, *idx[2:])] = mgpu_utils.vector_slice(reg, slice(2 * j, 2 * j + 2))
+        registers[wgmma_register_of(idx, j)] = mgpu_utils.vector_slice(reg, slice(2 * j, 2 * j + 2))
     return mgpu.FragmentedArray(_registers=registers, _layout=mgpu.WGMMA_LAYOUT, _is_signed=loaded.is_signed)
   return reinterpret(q)
 
@@ -154,8 +160,11 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, bl
       def accumulate(acc):
         plgpu.emit_pipeline(
             lambda _, *tiles: step(acc, *tiles), grid=(k_split // block_k,),
-            in_specs=[plgpu.BlockSpec((ROWS, block_k), lambda j: (0, j)),
-                      plgpu.BlockSpec((groups, ROWS), lambda j: (j, 0)),
+            # With a wgmma left running (in_flight 1), every tile of the step stays until the next step: the
+            # activations are its B operand, and other warps may still be reading this step's weights and scales
+            # when one thread issues the copy that refills their slot.
+            in_specs=[plgpu.BlockSpec((ROWS, block_k), lambda j: (0, j), delay_release=in_flight),
+                      plgpu.BlockSpec((groups, ROWS), lambda j: (j, 0), delay_release=in_flight),
                       plgpu.BlockSpec((tp, block_k), lambda j: (0, j), transforms=_ACT_TILES,
                                       delay_release=in_flight)],
             max_concurrent_steps=stages,
@@ -194,7 +203,8 @@ def default_options(d, inter):
   return block_k, (2 if d % (2 * block_k) == 0 else 1), 1
 
 
-def check_options(x, experts: MosaicExperts, *, group_size, block_k, stages, k_splits, k_splits_down):
+def check_options(x, experts: MosaicExperts, *, group_size, block_k, stages, k_splits, k_splits_down,
+                  wgmma_in_flight=0):
   """Raise ValueError naming the argument when the shapes or options do not fit the kernels."""
   t, d = x.shape
   e, two_i, d_w = experts.gate_up.shape
@@ -215,8 +225,11 @@ def check_options(x, experts: MosaicExperts, *, group_size, block_k, stages, k_s
                        f"{shape} (x {x.shape}; mosaic_layout.to_mosaic_layout makes them)")
   if block_k % 64 or block_k % group_size:
     raise ValueError(f"mosaic_experts: block_k {block_k} must be a multiple of 64 and of group_size {group_size}")
-  if stages < 1:
-    raise ValueError(f"mosaic_experts: stages {stages} must be >= 1")
+  if wgmma_in_flight not in (0, 1):
+    raise ValueError(f"mosaic_experts: wgmma_in_flight {wgmma_in_flight} must be 0 or 1")
+  if stages <= wgmma_in_flight:
+    raise ValueError(f"mosaic_experts: stages {stages} must be > wgmma_in_flight {wgmma_in_flight} (a step's tiles "
+                     "stay while its wgmma runs)")
   for name, splits, length in (("k_splits", k_splits, d), ("k_splits_down", k_splits_down, inter)):
     if splits < 1 or length % (splits * block_k):
       raise ValueError(f"mosaic_experts: {name} {splits} x block_k {block_k} must divide the {length} inputs")
@@ -246,11 +259,9 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
   k_splits = defaults[1] if k_splits is None else k_splits
   k_splits_down = defaults[2] if k_splits_down is None else k_splits_down
   check_options(x, experts, group_size=group_size, block_k=block_k, stages=stages, k_splits=k_splits,
-                k_splits_down=k_splits_down)
+                k_splits_down=k_splits_down, wgmma_in_flight=wgmma_in_flight)
   if slot_lanes < 1:
     raise ValueError(f"mosaic_experts: slot_lanes {slot_lanes} must be >= 1")
-  if wgmma_in_flight not in (0, 1):
-    raise ValueError(f"mosaic_experts: wgmma_in_flight {wgmma_in_flight} must be 0 or 1")
   t, d = x.shape
   num_local = experts.gate_up.shape[0]
   num_slots = min(t * expert_ids.shape[1], num_local)
@@ -267,7 +278,7 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
   y = _expert_matvec(used, slot_expert, h, experts.down, experts.down_scale, k_splits=k_splits_down,
                      **opts).sum(axis=0)                                     # [S, D, TP]
   y = jnp.where(live, y, 0.0)[:, :, :t]
-  return jnp.einsum("ts,sdt->td", slot_weight, y).astype(x.dtype)
+  return jnp.einsum("ts,sdt->td", slot_weight, y, precision=lax.Precision.HIGHEST).astype(x.dtype)
 
 
 def lower_for_h200(num_tokens, num_local=48, d=7168, inter=2048, top_k=8, group_size=32, **opts):

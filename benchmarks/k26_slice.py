@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import platform
@@ -49,6 +50,9 @@ import numpy as np
 import custom_calls
 from custom_calls.mla_attention import select_kernel
 from custom_calls.moe_int4 import KERNEL_K_CHUNK, experts_to_k_chunks, kernel_chunk_fits
+from custom_calls.moe_int4.mosaic_experts import MAX_TOKENS as MOSAIC_MAX_TOKENS
+from custom_calls.moe_int4.mosaic_experts import routed_experts_int4_mosaic
+from custom_calls.moe_int4.mosaic_layout import to_mosaic_layout
 from ddtree_jax.model.norm import rms_norm
 from ddtree_jax.model.rope import apply_rope_interleaved, rope_cos_sin, yarn_inv_freq
 from ddtree_jax.train.common import write_json
@@ -192,8 +196,18 @@ def init_params(key, d: SliceDims, moe_layers: int):
 # ---- forward (one GPU's part of a layer) -----------------------------------------------------------
 
 # The slice's kernel paths -> the custom calls' impl: "pallas" is what the model runs on the GPU (the dispatch:
-# Mosaic GPU or Triton MLA kernel by shape, the INT4 gemv or grouped MoE kernel by token count), "xla" the references.
-CUSTOM_CALL_IMPL = {"pallas": "auto", "xla": "xla"}
+# Mosaic GPU or Triton MLA kernel by shape, the INT4 gemv or grouped MoE kernel by token count), "xla" the references,
+# "mosaic_moe" the dispatch's attention with the routed experts on custom_calls/moe_int4/mosaic_experts.py (not
+# dispatched by the model yet; up to its MAX_TOKENS tokens; its experts in mosaic_layout.py's layout; on a CPU in
+# Mosaic GPU interpret mode).
+CUSTOM_CALL_IMPL = {"pallas": "auto", "xla": "xla", "mosaic_moe": "auto"}
+
+
+def mosaic_layout_params(params, d: SliceDims, wgmma_order: bool):
+  """params with every MoE layer's experts in mosaic_layout.py's layout."""
+  moe = [dict(m, experts=to_mosaic_layout(*m["experts"], group_size=d.group, wgmma_order=wgmma_order))
+         for m in params["moe"]]
+  return dict(params, moe=moe)
 
 
 # ---- weight layouts ---------------------------------------------------------------------------------
@@ -270,14 +284,19 @@ def swiglu(x, wg, wu, wd):
   return (jax.nn.silu(x @ wg) * (x @ wu)) @ wd
 
 
-def moe(p, x, ids, d: SliceDims, impl: str):
-  """x: [T, D]; ids: [T, top_k] imposed routing over all experts (local = ids < d.experts)."""
+def moe(p, x, ids, d: SliceDims, impl: str, moe_opts=()):
+  """x: [T, D]; ids: [T, top_k] imposed routing over all experts (local = ids < d.experts).
+  moe_opts: (name, value) pairs for routed_experts_int4_mosaic (impl "mosaic_moe")."""
   logits = jnp.dot(x.astype(jnp.float32), p["router"].astype(jnp.float32))
   scores = jax.nn.sigmoid(logits)
   w = jnp.take_along_axis(scores, ids, axis=1)
   w = w / (jnp.sum(w, axis=-1, keepdims=True) + 1e-20) * d.routed_scaling
-  y = custom_calls.routed_experts_int4(x, ids, w, *p["experts"], group_size=d.group, expert_offset=0,
-                                       impl=CUSTOM_CALL_IMPL[impl]).astype(jnp.float32)
+  if impl == "mosaic_moe":
+    y = routed_experts_int4_mosaic(x, ids, w, p["experts"], 0, group_size=d.group,
+                                   interpret=jax.default_backend() != "gpu", **dict(moe_opts)).astype(jnp.float32)
+  else:
+    y = custom_calls.routed_experts_int4(x, ids, w, *p["experts"], group_size=d.group, expert_offset=0,
+                                         impl=CUSTOM_CALL_IMPL[impl]).astype(jnp.float32)
   if "shared_gate_up_nk" in p:
     g, u = jnp.split(dot_nk(x, p["shared_gate_up_nk"]), 2, axis=-1)
     shared = (jax.nn.silu(g) * u) @ p["shared_down"]
@@ -287,7 +306,7 @@ def moe(p, x, ids, d: SliceDims, impl: str):
 
 
 def slice_forward(params, caches, tokens_x, positions, cache_len, mask, ids, *, d: SliceDims, impl: str,
-                  inv_freq, rope_mult):
+                  inv_freq, rope_mult, moe_opts=()):
   """tokens_x: [1, T, D] bf16 (the embedded block); caches: tuple of (ckv [1, S, R], kpe [1, S, P]) per layer;
   ids: [L_moe, T, top_k] int32. Returns (local argmax over the vocabulary shard [1, T], caches)."""
   cos, sin = rope_cos_sin(positions, inv_freq, rope_mult)
@@ -304,7 +323,7 @@ def slice_forward(params, caches, tokens_x, positions, cache_len, mask, ids, *, 
     x = x + a
     t = x.shape[1]
     h = rms_norm(x, mp["attn"]["post_norm"], d.eps).reshape(t, d.hidden)
-    x = x + moe(mp, h, ids[li], d, impl).reshape(x.shape)
+    x = x + moe(mp, h, ids[li], d, impl, moe_opts).reshape(x.shape)
   logits = (rms_norm(x, params["final_norm"], d.eps) @ params["lm_head"]).astype(jnp.float32)
   return jnp.argmax(logits, axis=-1), tuple(new)
 
@@ -422,10 +441,11 @@ def step_inputs(d: SliceDims, rng: np.random.Generator, ctx: int, t: int):
   return x, positions, jnp.asarray([ctx], jnp.int32), jnp.asarray(mask_np)
 
 
-def forward_program(d: SliceDims, impl: str, inv_freq, rope_mult):
+def forward_program(d: SliceDims, impl: str, inv_freq, rope_mult, moe_opts=()):
   """jit of slice_forward(params, caches, x, positions, cache_len, mask, ids), the caches donated."""
   return jax.jit(lambda p, c, x, pos, cl, m, ids: slice_forward(p, c, x, pos, cl, m, ids, d=d, impl=impl,
-                                                                  inv_freq=inv_freq, rope_mult=rope_mult),
+                                                                  inv_freq=inv_freq, rope_mult=rope_mult,
+                                                                  moe_opts=moe_opts),
                  donate_argnums=(1,))
 
 
@@ -435,7 +455,11 @@ def main(argv=None):
   ap.add_argument("--moe_layers", type=int, default=3)
   ap.add_argument("--budgets", default="1,8,16,32,64,128,256", help="tree sizes N (T = N + 1); AR T=1 always")
   ap.add_argument("--contexts", default="4096,32768")
-  ap.add_argument("--impls", default="pallas,xla", help="kernel paths; xla runs only at --xla_budgets")
+  ap.add_argument("--impls", default="pallas,xla",
+                  help="kernel paths (pallas, xla, mosaic_moe); xla runs only at --xla_budgets, mosaic_moe up to "
+                       f"T = {MOSAIC_MAX_TOKENS}")
+  ap.add_argument("--mosaic_moe_opts", default="{}",
+                  help='mosaic_moe: routed_experts_int4_mosaic options as JSON, e.g. \'{"wgmma_order": true}\'')
   ap.add_argument("--xla_budgets", default="0,64,256", help="N for the xla path (0 = the AR step)")
   ap.add_argument("--reps", type=int, default=15)
   ap.add_argument("--budget_s", type=float, default=190.0, help="stop starting programs after this many seconds")
@@ -480,6 +504,10 @@ def main(argv=None):
   params_by_impl = {("xla", MODEL_LAYOUT): params}
   if "pallas" in impls:
     params_by_impl.update({("pallas", layout): relayout_params(kernel_params, layout) for layout in layouts})
+  mosaic_opts = json.loads(args.mosaic_moe_opts)
+  if "mosaic_moe" in impls:
+    mosaic_params = mosaic_layout_params(params, d, bool(mosaic_opts.get("wgmma_order")))
+    params_by_impl.update({("mosaic_moe", layout): relayout_params(mosaic_params, layout) for layout in layouts})
   jax.block_until_ready(params_by_impl)
   init_s = time.perf_counter() - t0
   inv_freq, mult = rope_tables(d)
@@ -491,9 +519,11 @@ def main(argv=None):
   order = sorted(set(ts), key=lambda t: (t not in (1, max_t), t not in (65, 17), t))
   plan = []
   for impl in impls:
-    for layout in (layouts if impl == "pallas" else [MODEL_LAYOUT]):
+    for layout in (layouts if impl in ("pallas", "mosaic_moe") else [MODEL_LAYOUT]):
       for t in order:
         if impl == "xla" and (t - 1 if t > 1 else 0) not in xla_budgets:
+          continue
+        if impl == "mosaic_moe" and t > MOSAIC_MAX_TOKENS:
           continue
         for ctx in contexts:
           plan.append((impl, layout, ctx, t))
@@ -511,7 +541,8 @@ def main(argv=None):
     n = t - 1
     rng = np.random.default_rng([ctx, t])   # the same tree and routing for every layout of this (ctx, T)
     x, positions, cache_len, mask = step_inputs(d, rng, ctx, t)
-    fn = forward_program(d, impl, inv_freq, mult)
+    fn = forward_program(d, impl, inv_freq, mult,
+                         moe_opts=tuple(sorted(mosaic_opts.items())) if impl == "mosaic_moe" else ())
     sd = jax.ShapeDtypeStruct
     mla_kernel = select_kernel(sd((1, t, d.heads, d.kv_lora), jnp.bfloat16), sd((1, t, d.heads, d.rope), jnp.bfloat16),
                                *(sd(c.shape, c.dtype) for c in caches[0]), sd((1,), jnp.int32), sd(mask.shape, bool),
@@ -541,6 +572,7 @@ def main(argv=None):
       t_fl = acc["flops"] / ceil["matmul_flops_per_s"]
       roof = max(t_mem, t_fl)
       row = dict(impl=impl, layout=layout, mla_kernel=mla_kernel, moe_k_chunk=moe_k_chunk if impl == "pallas" else None,
+                 moe_opts=mosaic_opts if impl == "mosaic_moe" else None,
                  context=ctx, T=t, N=n, mode="ar" if t == 1 else "verify",
                  routing=kind, layers=n_layers, moe_layers=args.moe_layers, time_s=med, times_s=all_t,
                  pipelined_s=pipelined,

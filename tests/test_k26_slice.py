@@ -58,3 +58,23 @@ def test_weight_layouts_compute_the_same_forward():
   import pytest
   with pytest.raises(ValueError, match="unknown layout"):
     ks.relayout_params(params, "mn")
+
+
+def test_mosaic_moe_path_matches_the_reference_path():
+  """impl "mosaic_moe" (the Mosaic GPU expert kernels, interpret mode on the CPU, experts in their layout) gives the
+  slice's MoE block of the XLA path, with and without wgmma_order."""
+  import jax
+  import numpy as np
+  import k26_slice as ks
+  from tests.kernel_checks import rel_err
+  d = ks.SMOKE
+  params = ks.init_params(jax.random.key(2), d, 1)
+  rng = np.random.default_rng(3)
+  x = jax.random.normal(jax.random.key(4), (5, d.hidden), jax.numpy.bfloat16)
+  ids = jax.numpy.asarray(ks.routing(rng, 5, d, "random"))
+  assert 0 < int((ids < d.experts).sum()) < ids.size                  # some pairs local, some on other GPUs
+  ref = ks.moe(params["moe"][0], x, ids, d, "xla")
+  for order in (False, True):
+    mosaic = ks.mosaic_layout_params(params, d, order)["moe"][0]
+    out = ks.moe(mosaic, x, ids, d, "mosaic_moe", (("wgmma_order", order),))
+    assert rel_err(out, np.asarray(ref, np.float32)) < 2e-2

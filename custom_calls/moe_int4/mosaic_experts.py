@@ -63,13 +63,16 @@ def expert_slots(expert_ids, expert_weights, expert_offset, num_local, num_slots
   Returns used: int32 [1] (how many slots hold an expert), slot_expert: int32 [num_slots] (local ids, then 0),
   slot_weight: f32 [T, num_slots] (token t's routing weight of the slot's expert; 0 on unused slots).
   """
+  # Compare-and-reduce forms only (no nonzero, sort or scatter), which XLA fuses into a few small kernels.
   local = expert_ids - expert_offset                                                     # [T, K]
   hit = (local[..., None] == jnp.arange(num_local)) & ((local >= 0) & (local < num_local))[..., None]  # [T, K, E]
   present = hit.any(axis=(0, 1))                                                         # [E]
   used = present.sum(dtype=jnp.int32)
-  slot_expert = jnp.nonzero(present, size=num_slots, fill_value=0)[0].astype(jnp.int32)  # [S]
+  rank = jnp.cumsum(present, dtype=jnp.int32) - 1                                        # [E]: slot of a hit expert
+  in_slot = present[None, :] & (rank[None, :] == jnp.arange(num_slots)[:, None])         # [S, E], one-hot rows
+  slot_expert = jnp.sum(in_slot * jnp.arange(num_local, dtype=jnp.int32), axis=1, dtype=jnp.int32)   # [S]
   weight_te = jnp.sum(hit * expert_weights.astype(jnp.float32)[..., None], axis=1)      # [T, E], f32 exactly
-  slot_weight = jnp.where(jnp.arange(num_slots) < used, weight_te[:, slot_expert], 0.0)  # [T, S]
+  slot_weight = jnp.sum(in_slot[None] * weight_te[:, None, :], axis=2)                   # [T, S]; 0 on unused slots
   return used[None], slot_expert, slot_weight
 
 
@@ -268,7 +271,7 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
   tp = token_pad(t)
   used, slot_expert, slot_weight = expert_slots(expert_ids, expert_weights, expert_offset, num_local, num_slots)
   live = (jnp.arange(num_slots) < used[0])[:, None, None]                    # [S, 1, 1]
-  x_pad = jnp.zeros((tp, d), jnp.bfloat16).at[:t].set(x)                     # [TP, D]
+  x_pad = jnp.pad(x, ((0, tp - t), (0, 0)))                                  # [TP, D]
   opts = dict(block_k=block_k, stages=stages, group_size=group_size, slot_lanes=slot_lanes,
               wgmma_order=wgmma_order, wgmma_in_flight=wgmma_in_flight, interpret=interpret)
   gate_up = _expert_matvec(used, slot_expert, x_pad, experts.gate_up, experts.gate_up_scale, k_splits=k_splits,
@@ -277,8 +280,8 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
   h = jnp.swapaxes(jax.nn.silu(gate) * up, 1, 2).astype(jnp.bfloat16)       # [S, TP, I]
   y = _expert_matvec(used, slot_expert, h, experts.down, experts.down_scale, k_splits=k_splits_down,
                      **opts).sum(axis=0)                                     # [S, D, TP]
-  y = jnp.where(live, y, 0.0)[:, :, :t]
-  return jnp.einsum("ts,sdt->td", slot_weight, y, precision=lax.Precision.HIGHEST).astype(x.dtype)
+  y = jnp.where(live, y, 0.0)[:, :, :t]                                      # [S, D, T]
+  return jnp.sum(y * slot_weight.T[:, None, :], axis=0).T.astype(x.dtype)     # f32 products and sums
 
 
 def lower_for_h200(num_tokens, num_local=48, d=7168, inter=2048, top_k=8, group_size=32, **opts):

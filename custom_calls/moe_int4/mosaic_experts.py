@@ -4,8 +4,10 @@ Why: at 1-16 tokens the step streams each hit expert's INT4 weights once and doe
 byte. The Triton gemv (pallas_gemv.py) dequantises and multiplies on the CUDA cores, ~6 instructions per weight
 (SASS, issue 6 rounds 4 and 15), so it is bound by the SMs' issue rate at 0.42-0.59 of the HBM roofline. Here the
 multiply runs on the tensor cores and the dequantisation is Mosaic's int4 -> bf16 conversion (CUTLASS's
-PRMT/LOP3/bf16x2-subtract), ~2.8 instructions per weight in the lowered code (ldmatrix, two shuffles per 8
-weights to reach the wgmma layout, the conversion, one bf16x2 scale multiply per 2 weights).
+PRMT/LOP3/bf16x2-subtract): ~2.8 operations per weight in the lowered module (ldmatrix, two shuffles and two byte
+permutes per 8 weights to reach the wgmma layout, the conversion, one bf16x2 scale multiply per 2 weights), 2.3
+with `wgmma_order` (no shuffles), before ptxas adds address arithmetic (benchmarks/mosaic_ops_report.py). Not yet
+compiled or timed on a GPU, so the model's dispatch does not use it (benchmarks/RESULTS.md, sixteenth round).
 
 How (tokens are the wgmma's N side, so nothing is sorted or gathered):
 - Every local expert that any token routes to gets a slot (`expert_slots`: the hit experts in ascending order,
@@ -26,7 +28,8 @@ Numerics: weights q * scale are rounded to bf16 exactly as the reference rounds 
 the tensor cores; the order of the sums differs from the reference (tolerance, not bits).
 
 Interpret mode (CPU tests) runs the same kernel body, except that the dequantised tile goes through shared memory
-(interpret mode's wgmma takes its A operand from shared memory only) and each step waits for its wgmma.
+(interpret mode's wgmma takes its A operand from shared memory only), each step waits for its wgmma, and
+`wgmma_order`'s register reinterpretation (inline Mosaic GPU) is replaced by the equivalent column permutation.
 Written against jax 0.11.2's experimental Pallas Mosaic GPU API (plgpu.kernel, emit_pipeline, Layout.WGMMA_UPCAST_4X).
 """
 from __future__ import annotations

@@ -247,18 +247,18 @@ def check_options(x, experts: MosaicExperts, *, group_size, block_k, stages, k_s
                                              "slot_lanes", "wgmma_order", "wgmma_in_flight", "interpret"))
 def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExperts, expert_offset=0, *,
                                group_size=32, block_k=None, stages=4, k_splits=None, k_splits_down=None,
-                               slot_lanes=4, wgmma_order=False, wgmma_in_flight=0, interpret=False):
+                               slot_lanes=None, wgmma_order=False, wgmma_in_flight=0, interpret=False):
   """Same result as reference.routed_experts_int4_reference, from the arrays of mosaic_layout.to_mosaic_layout.
 
   x: bf16 [T, D], T <= 16; expert_ids: int32 [T, K] global ids; expert_weights: [T, K]; expert_offset may be
   traced (shard_map). block_k: input columns per pipeline step; stages: steps whose copies are in flight;
   k_splits / k_splits_down: programs that share one 64-row tile of gate/up / down, each over 1/S of the inputs
   (more programs at one expert: gate/up of one K2.6 expert is 64 tiles, down 112); slot_lanes: programs that
-  share a tile and split, each running every slot_lanes-th used slot (at most the slots); wgmma_order: the
+  share a tile and split, each running every slot_lanes-th used slot (at most the slots; default min(4, T): on an
+  expert-parallel shard a token hits about one local expert, so T lanes leave few programs idle); wgmma_order: the
   experts were made with to_mosaic_layout(wgmma_order=True), so a loaded tile is the wgmma operand as it is;
-  wgmma_in_flight 0 or 1: wgmma
-  groups left running at the end of a step (1 overlaps the next tile's conversion with this one's products).
-  None: default_options. Returns [T, D] bf16.
+  wgmma_in_flight 0 or 1: wgmma groups left running at the end of a step (1 overlaps the next tile's conversion
+  with this one's products). block_k / k_splits / k_splits_down None: default_options. Returns [T, D] bf16.
   """
   defaults = default_options(x.shape[1], experts.down.shape[2])
   block_k = defaults[0] if block_k is None else block_k
@@ -266,6 +266,7 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
   k_splits_down = defaults[2] if k_splits_down is None else k_splits_down
   check_options(x, experts, group_size=group_size, block_k=block_k, stages=stages, k_splits=k_splits,
                 k_splits_down=k_splits_down, wgmma_in_flight=wgmma_in_flight)
+  slot_lanes = min(4, x.shape[0]) if slot_lanes is None else slot_lanes
   if slot_lanes < 1:
     raise ValueError(f"mosaic_experts: slot_lanes {slot_lanes} must be >= 1")
   t, d = x.shape

@@ -2,7 +2,7 @@
 # tokens (custom_calls/moe_int4/mosaic_experts.py, Pallas Mosaic GPU): written and tested on the CPU only (interpret
 # mode, and lowered for CUDA at the K2.6 shard), never compiled by ptxas nor timed. This call:
 # 1. its GPU tests (the compiled kernels against the reference at the K2.6 shard), with ptxas's register and spill
-#    report (MOSAIC_GPU_DUMP_PTXAS) and the SASS (MOSAIC_GPU_DUMP_SASS) in tests.log;
+#    report (MOSAIC_GPU_DUMP_PTXAS, as test_kernels_mla_mosaic.py uses it) in tests.log;
 # 2. the dispatch (k-chunked: Triton gemv up to 6 tokens, grouped above) against the Mosaic kernels at 1, 4, 9 (a
 #    DDTree N=8 verify) and 16 tokens, default first and last (the run's spread): the defaults, wgmma_in_flight 1
 #    (the next tile's conversion overlaps this tile's wgmma), 6 stages, K steps of 512 (gate/up split 7 ways),
@@ -12,7 +12,7 @@
 # for mosaic_layout.to_mosaic_layout) and the dispatch bound; if a test fails, tests.log says where.
 set -x
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > $OUT/gpu.txt
-timeout 200 env MOSAIC_GPU_DUMP_PTXAS=1 MOSAIC_GPU_DUMP_SASS=1 python3 -m pytest -q -p no:cacheprovider -m gpu \
+timeout 200 env MOSAIC_GPU_DUMP_PTXAS=1 python3 -m pytest -q -p no:cacheprovider -m gpu \
   tests/test_kernels_moe_mosaic.py > $OUT/tests.log 2>&1
 tail -5 $OUT/tests.log; grep -E "registers|spill" $OUT/tests.log | sort | uniq -c | head -20
 C='[{"kernel": "default", "k_chunk": 256}, {"kernel": "mosaic"}, {"kernel": "mosaic", "wgmma_order": true},

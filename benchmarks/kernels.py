@@ -327,7 +327,7 @@ def ragged_bf16_moe(x, ids, w, wg, wu, wd, *, e):
 
 MOE_KERNELS = {"gemv": routed_experts_int4_gemv,
                "grouped": routed_experts_int4_pallas,
-               "mosaic": routed_experts_int4_mosaic}     # tensor cores, up to 16 tokens; its own layout (not dispatched)
+               "mosaic": routed_experts_int4_mosaic}     # tensor cores, <= 16 tokens; its own layout; not dispatched
 
 
 def gemv_sweep(m):

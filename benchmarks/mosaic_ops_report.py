@@ -5,12 +5,14 @@ module already holds every operation of a pipeline step, unrolled. This lowers c
 for an abstract H200 at the K2.6 shard and counts, per kernel, the operations of the step that matter for the issue
 rate: ldmatrix (4-bit tile loads), shuffles and byte permutes (the relayout to the wgmma layout), int4 -> bf16
 conversions (each is PRMT + LOP3 + a bf16x2 subtract for 2 weights), bf16x2 multiplies (the scales), scalar shared
-loads (the scales), wgmma; and the shared memory of a program (the launch's dynamic size). Divided by the weights a thread handles per step (64 x block_k / 128) it gives the
-operations per weight that the RESULTS compare with the Triton gemv's SASS (~6 instructions per weight).
-It is a count of the lowered module, not of SASS: ptxas adds address arithmetic and may merge or split some.
+loads (the scales), wgmma; and the shared memory of a program (the launch's dynamic size). Divided by the weights
+a thread handles per step (64 x block_k / 128) it gives the operations per weight that RESULTS sets beside the
+Triton gemv's SASS (~6 instructions per weight). It is a count of the lowered module, not of SASS: ptxas adds
+address arithmetic and may merge or split some, so it is a lower bound.
 
   .venv/bin/python benchmarks/mosaic_ops_report.py --tokens 1
-  .venv/bin/python benchmarks/mosaic_ops_report.py --tokens 8 --kwargs '{"wgmma_order": true, "block_k": 512, "k_splits": 7}'
+  .venv/bin/python benchmarks/mosaic_ops_report.py --tokens 8 \
+      --kwargs '{"wgmma_order": true, "block_k": 512, "k_splits": 7}'
 
 Uses jax's private jax.experimental.mosaic.gpu.core._run_serde_pass to see the module before serialisation (jax 0.11.2).
 """

@@ -97,16 +97,16 @@ def _thread_view(layout, shape):
     order = list(range(n)) + [n + 2 * i for i in range(len(tile))] + [n + 2 * i + 1 for i in range(len(tile))]
     coords = coords.transpose(*order, coords.ndim - 1)
   tiled = coords.shape[:-1]
-  assert tuple(d if i not in {x % len(tiled) for x in (*layout.warp_dims, *layout.lane_dims, layout.vector_dim)} else 1
-               for i, d in enumerate(tiled)) == layout.registers_shape(shape)     # the simulation agrees with Mosaic
+  thread_dims = {x % len(tiled) for x in (*layout.warp_dims, *layout.lane_dims, layout.vector_dim)}
+  registers_shape = tuple(1 if i in thread_dims else d for i, d in enumerate(tiled))
+  assert registers_shape == layout.registers_shape(shape)            # the simulation agrees with Mosaic
   view = {}
   for index in np.ndindex(*tiled):
     warp = index[layout.warp_dims[0]]
     lane = 0
     for dim in layout.lane_dims:
       lane = lane * tiled[dim] + index[dim]
-    reg = tuple(0 if i % len(tiled) in {x % len(tiled) for x in (*layout.warp_dims, *layout.lane_dims, layout.vector_dim)}
-                else v for i, v in enumerate(index))
+    reg = tuple(0 if i in thread_dims else v for i, v in enumerate(index))
     view.setdefault((warp, lane, reg), []).append(tuple(coords[index]))
   return view
 

@@ -291,7 +291,8 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
 def lower_for_h200(num_tokens, num_local=48, d=7168, inter=2048, top_k=8, group_size=32, **opts):
   """jax.jit lowering of routed_experts_int4_mosaic for CUDA at a K2.6 per-GPU shard, without a GPU (tests)."""
   sd = jax.ShapeDtypeStruct
-  experts = MosaicExperts(sd((num_local, 2 * inter, d), jnp.int4), sd((num_local, d // group_size, 2 * inter), jnp.bfloat16),
+  experts = MosaicExperts(sd((num_local, 2 * inter, d), jnp.int4),
+                          sd((num_local, d // group_size, 2 * inter), jnp.bfloat16),
                           sd((num_local, d, inter), jnp.int4), sd((num_local, inter // group_size, d), jnp.bfloat16))
   args = (sd((num_tokens, d), jnp.bfloat16), sd((num_tokens, top_k), jnp.int32), sd((num_tokens, top_k), jnp.float32),
           experts)

@@ -45,7 +45,7 @@ from jax.experimental.pallas import triton as plgpu
 from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
                                             load_scale_tile, load_word_tile, logical_shape)
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
-from custom_calls.pow2 import next_pow2
+from custom_calls.pow2 import is_pow2, next_pow2
 
 
 def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
@@ -270,11 +270,10 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
-                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch,
-                        unroll_pairs):
+                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch):
   """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
   atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
-  del out0_ref, unroll_pairs                     # sorted visits have a dynamic count
+  del out0_ref
   n0 = pl.program_id(0) * block_n
   chunks = hp_ref.shape[1] // block_k
   count = count_ref[0]
@@ -388,10 +387,10 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   check_scales("routed_experts_int4_gemv", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
   check_block_k("routed_experts_int4_gemv (gate/up)", gate_packed, block_k, multiples=True)
   block_k_down = min(block_k_down or block_k, inter)
-  if inter % block_k_down or block_k_down < 128 or block_k_down & (block_k_down - 1):
+  if inter % block_k_down or block_k_down < 128 or not is_pow2(block_k_down):
     raise ValueError(f"routed_experts_int4_gemv: block_k_down {block_k_down} must be a power of two >= 128 dividing "
                      f"I = {inter}")
-  if num_warps_down is not None and (num_warps_down < 1 or num_warps_down & (num_warps_down - 1)):
+  if num_warps_down is not None and not is_pow2(num_warps_down):
     raise ValueError(f"routed_experts_int4_gemv: num_warps_down {num_warps_down} must be a power of two")
   check_block_k("routed_experts_int4_gemv (down)", down_packed, block_k_down, multiples=True)
   p = n * top_k
@@ -438,8 +437,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
         compiler_params=params_down, interpret=interpret, name="moe_int4_down_gemv",
     )(consts, ids, wts, hp, down_packed, down_scale)
   out = pl.pallas_call(
-      functools.partial(_down_sorted_kernel, block_n=block_n_down, rows_per_run=rows_per_run, unroll_pairs=unroll,
-                        **common_down),
+      functools.partial(_down_sorted_kernel, block_n=block_n_down, rows_per_run=rows_per_run, **common_down),
       grid=(d // block_n_down, pair_splits),
       out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
       input_output_aliases={8: 0},

@@ -45,7 +45,7 @@ from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
 from custom_calls.moe_int4.nibbles import activation_planes
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
 from custom_calls.moe_int4.layout import dequantize_int4
-from custom_calls.random_inputs import ancestor_masks
+from custom_calls.random_inputs import ancestor_masks, random_int4_experts
 
 SCALE = 0.14468
 T0 = time.time()
@@ -296,11 +296,7 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
 def moe_inputs(seed, m, e, d, inter, k=8, e_total=384):
   """m tokens, top-k over e_total global experts, exactly one local expert (of 0..e-1) per token => m local rows."""
   ks = jax.random.split(jax.random.PRNGKey(seed), 10)
-  words = lambda kk, s: jax.random.bits(kk, s, jnp.uint32).view(jnp.int32)
-  scale = lambda kk, s: (jax.random.uniform(kk, s, jnp.float32, 0.5, 1.5) * 0.01).astype(jnp.bfloat16)
-  experts = (words(ks[0], (e, inter, d // 8)), scale(ks[1], (e, inter, d // 32)),
-             words(ks[2], (e, inter, d // 8)), scale(ks[3], (e, inter, d // 32)),
-             words(ks[4], (e, d, inter // 8)), scale(ks[5], (e, d, inter // 32)))
+  experts = random_int4_experts(ks[:6], e, d, inter)
   x = jax.random.normal(ks[6], (m, d), jnp.bfloat16)
   local = jax.random.randint(ks[7], (m, 1), 0, e)
   remote = jax.random.randint(ks[8], (m, k - 1), e, e_total)

@@ -12,6 +12,7 @@ from custom_calls.moe_int4 import repack, routed_experts_int4
 from custom_calls.moe_int4.layout import quantize_int4
 from custom_calls.moe_int4.pallas_triton import default_blocks, down_tile_width, route, routed_experts_int4_pallas
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
+from custom_calls.random_inputs import random_int4_experts
 from tests.kernel_checks import rel_err
 
 
@@ -115,11 +116,7 @@ def test_dispatch():
 def test_gpu_kernel(n, kernel):
   e, d, inter = 48, 7168, 2048
   ks = jax.random.split(jax.random.PRNGKey(n), 8)
-  words = lambda kk, s: jax.random.bits(kk, s, jnp.uint32).view(jnp.int32)   # any int32 is a valid packing
-  scale = lambda kk, s: (jax.random.uniform(kk, s, jnp.float32, 0.5, 1.5) * 0.01).astype(jnp.bfloat16)
-  experts = (words(ks[0], (e, inter, d // 8)), scale(ks[1], (e, inter, d // 32)),
-             words(ks[2], (e, inter, d // 8)), scale(ks[3], (e, inter, d // 32)),
-             words(ks[4], (e, d, inter // 8)), scale(ks[5], (e, d, inter // 32)))
+  experts = random_int4_experts(ks[:6], e, d, inter)
   x = jax.random.normal(ks[6], (n, d), jnp.bfloat16)
   ids = jax.random.randint(ks[7], (n, 8), 0, 384)     # repeats allowed: each pair counts on its own
   w = jax.random.uniform(ks[7], (n, 8))

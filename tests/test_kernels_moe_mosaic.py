@@ -20,6 +20,7 @@ from custom_calls.moe_int4.mosaic_experts import (default_options, expert_slots,
                                                   routed_experts_int4_mosaic, token_pad, wgmma_register_of)
 from custom_calls.moe_int4.mosaic_layout import gate_up_halves, signed_int4, to_mosaic_layout, wgmma_column_order
 from custom_calls.moe_int4.reference import routed_experts_int4_reference
+from custom_calls.random_inputs import random_int4_experts
 from tests.kernel_checks import rel_err
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
@@ -264,13 +265,7 @@ def test_lowered_step_work_and_shared_memory():
 def k26_shard_experts():
   """K2.6's per-GPU expert shard (48 experts, D 7168, I 2048, group 32) with random words and scales, made on the
   device (numpy quantisation of 2 G weights would take minutes): the stored arrays and both Mosaic layouts."""
-  e, d, inter = 48, 7168, 2048
-  ks = jax.random.split(jax.random.PRNGKey(0), 6)
-  words = lambda k, shape: jax.random.bits(k, shape, jnp.uint32).view(jnp.int32)
-  scales = lambda k, shape: (jax.random.uniform(k, shape, jnp.float32, 0.5, 1.5) * 0.01).astype(jnp.bfloat16)
-  stored = (words(ks[0], (e, inter, d // 8)), scales(ks[1], (e, inter, d // 32)),
-            words(ks[2], (e, inter, d // 8)), scales(ks[3], (e, inter, d // 32)),
-            words(ks[4], (e, d, inter // 8)), scales(ks[5], (e, d, inter // 32)))
+  stored = random_int4_experts(jax.random.split(jax.random.PRNGKey(0), 6), 48, 7168, 2048)
   return stored, {order: to_mosaic_layout(*stored, wgmma_order=order) for order in (False, True)}
 
 

@@ -14,7 +14,7 @@ address arithmetic and may merge or split some, so it is a lower bound.
   .venv/bin/python benchmarks/mosaic_ops_report.py --tokens 8 \
       --kwargs '{"wgmma_order": true, "block_k": 512, "k_splits": 7}'
 
-Uses jax's private jax.experimental.mosaic.gpu.core._run_serde_pass to see the module before serialisation (jax 0.11.2).
+The modules are seen before serialisation through custom_calls/gpu_lowering.py (a private jax API, jax 0.11.2).
 """
 from __future__ import annotations
 
@@ -38,22 +38,10 @@ PATTERNS = {
 def lowered_kernels(tokens, **opts):
   """The Mosaic modules (text) of routed_experts_int4_mosaic lowered for an H200 at the K2.6 shard: [gate/up, down]."""
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  import jax.experimental.mosaic.gpu.core as mosaic_core
-
   from custom_calls.moe_int4.mosaic_experts import lower_for_h200
 
   modules = []
-  original = mosaic_core._run_serde_pass
-
-  def keep(module, **kw):
-    modules.append(str(module))
-    return original(module, **kw)
-
-  mosaic_core._run_serde_pass = keep
-  try:
-    lower_for_h200(tokens, **opts)
-  finally:
-    mosaic_core._run_serde_pass = original
+  lower_for_h200(tokens, on_mosaic_module=lambda module: modules.append(str(module)), **opts)
   return modules
 
 

@@ -45,7 +45,7 @@ from jax.experimental.mosaic import gpu as mgpu
 from jax.experimental.mosaic.gpu import utils as mgpu_utils
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from custom_calls.gpu_lowering import abstract_gpu_mesh
+from custom_calls.gpu_lowering import lower_for_abstract_gpu
 from custom_calls.moe_int4.mosaic_layout import MosaicExperts, gate_up_halves
 
 MAX_TOKENS = 16               # tokens are the wgmma N side: 8 or 16
@@ -288,13 +288,15 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
   return jnp.sum(y * slot_weight.T[:, None, :], axis=0).T.astype(x.dtype)     # f32 products and sums
 
 
-def lower_for_h200(num_tokens, num_local=48, d=7168, inter=2048, top_k=8, group_size=32, **opts):
-  """jax.jit lowering of routed_experts_int4_mosaic for CUDA at a K2.6 per-GPU shard, without a GPU (tests)."""
+def lower_for_h200(num_tokens, num_local=48, d=7168, inter=2048, top_k=8, group_size=32, on_mosaic_module=None,
+                   **opts):
+  """jax.jit lowering of routed_experts_int4_mosaic for CUDA at a K2.6 per-GPU shard, without a GPU (tests);
+  on_mosaic_module(mlir module) sees each kernel's Mosaic GPU module (gpu_lowering.lower_for_abstract_gpu)."""
   sd = jax.ShapeDtypeStruct
   experts = MosaicExperts(sd((num_local, 2 * inter, d), jnp.int4),
                           sd((num_local, d // group_size, 2 * inter), jnp.bfloat16),
                           sd((num_local, d, inter), jnp.int4), sd((num_local, inter // group_size, d), jnp.bfloat16))
   args = (sd((num_tokens, d), jnp.bfloat16), sd((num_tokens, top_k), jnp.int32), sd((num_tokens, top_k), jnp.float32),
           experts)
-  with jax.sharding.use_abstract_mesh(abstract_gpu_mesh()):
-    return routed_experts_int4_mosaic.trace(*args, group_size=group_size, **opts).lower(lowering_platforms=("cuda",))
+  return lower_for_abstract_gpu(functools.partial(routed_experts_int4_mosaic, group_size=group_size, **opts), *args,
+                                on_mosaic_module=on_mosaic_module)

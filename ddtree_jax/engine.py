@@ -72,7 +72,7 @@ class GenerationResult:
   accepted_per_round: list[int]   # tokens emitted by each round (the bonus included)
   tau: float                      # mean tokens per round
   tokens_per_s: float
-  stop_reason: str                # "stop_token" | "max_new_tokens"
+  stop_reason: str                # "stop_token" | "stop_string" | "max_new_tokens"
   text: Optional[str] = None
 
   def stats(self) -> dict:
@@ -115,6 +115,18 @@ def _key_data(seed: int) -> np.ndarray:
   """jax.random.key(seed)'s data on the host: the engine's seed contract is jax.random.key of the Python int
   (which a jitted int32 argument would not reproduce for every int), and a host array can go to any mesh."""
   return np.asarray(jax.random.key_data(jax.random.key(seed)))
+
+
+@dataclasses.dataclass
+class _HostProgress:
+  """What the host's loop has done with each request's tokens so far (Engine._after_call)."""
+  seen: np.ndarray                 # int64 [B]: tokens streamed
+  checked: np.ndarray              # int64 [B]: tokens stop_when has seen
+  kept: list                       # [B]: None, or the tokens a request stopped by stop_when keeps
+
+  @classmethod
+  def start(cls, batch: int) -> "_HostProgress":
+    return cls(np.zeros(batch, np.int64), np.zeros(batch, np.int64), [None] * batch)
 
 
 class Engine:
@@ -160,6 +172,7 @@ class Engine:
     # container with the embedded model, 0.08 ms this way (benchmarks/RESULTS.md, issue 6 thirteenth round).
     self._graphs_id = _graphs_id(self._t_graph, self._d_graph)
     self._init_programs = {}   # init_state's compiled programs, by shape
+    self._mark_done_programs = {}   # _mark_done's, by the sharding of the done flags
     self._params_signature = _signature((self._t_params, self._d_params))
 
   # ---- the compiled pieces --------------------------------------------------------------------
@@ -262,7 +275,9 @@ class Engine:
           sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 64, seed: int = 0,
           stop_ids: Optional[Sequence[int]] = None,
           stream: Optional[Callable[[int, list[int]], None]] = None,
-          rounds_per_call: Optional[int] = None) -> tuple[list[GenerationResult], GenerationState]:
+          rounds_per_call: Optional[int] = None,
+          stop_when: Optional[Callable[[int, list[int]], Optional[int]]] = None,
+          ) -> tuple[list[GenerationResult], GenerationState]:
     """Generates and also returns the final state (caches included).
 
     budget: DDTree nodes N, or "auto" (spec/auto_budget.py: the budget that maximises expected tokens/s
@@ -275,6 +290,12 @@ class Engine:
     with budget "auto", which chooses each round's program from the previous round (more is refused).
 
     stream(i, new_ids) is called after each call with the tokens request i gained in its rounds.
+
+    stop_when(i, ids) -> None or n: a stop condition the host checks after each call (and after the prefill) on
+    request i's tokens so far, e.g. stop strings (stop_strings.StopStrings.tokens_to_keep). n: the request ends
+    with its first n tokens (stop_reason "stop_string"); it is marked done on the device, the tokens the call ran
+    past it are dropped, and its rounds and tau count only the rounds up to its n-th token. Once a request has
+    stopped it is not asked again.
     """
     cfg = self.target_cfg
     sampling = sampling.validate()
@@ -302,6 +323,8 @@ class Engine:
         raise ValueError(f"prompt {i}: {len(p)} prompt tokens + max_new_tokens {max_new_tokens} exceed the "
                          f"model's window max_position_embeddings={cfg.max_position_embeddings}")
     stops = tuple(sorted(set(int(s) for s in (cfg.stop_token_ids if stop_ids is None else stop_ids))))
+    if any(not 0 <= s < cfg.vocab_size for s in stops):
+      raise ValueError(f"stop_ids: {stops} has an id outside the vocabulary [0, {cfg.vocab_size})")
     auto = None
     if budget == "auto":
       from ddtree_jax.spec.auto_budget import AutoBudget
@@ -349,42 +372,72 @@ class Engine:
     for chunk_tokens, start in chunks:
       state = prefill(self._t_params, self._d_params, state, chunk_tokens, start, prompt_len)
     state = finish(self._t_params, self._d_params, state, prompt_len)
-    seen = np.zeros(b, np.int64)
-    if stream is not None:
-      seen = self._stream(state, seen, stream)
+    progress = _HostProgress.start(b)
+    state = self._after_call(state, progress, stream, stop_when)
     while not _host(state.done).all():
       if auto is not None:
         step = steps[auto.pick(state)]
       state = step(self._t_params, self._d_params, state)
-      if stream is not None:
-        seen = self._stream(state, seen, stream)
+      state = self._after_call(state, progress, stream, stop_when)
     jax.block_until_ready(state.out)
     elapsed = time.perf_counter() - t0
     if auto is not None:
       auto.finish()
       self.last_auto = auto.summary()
-    return self._results(state, prompts, elapsed, stops), state
+    return self._results(state, prompts, elapsed, stops, progress.kept), state
 
-  @staticmethod
-  def _stream(state, seen, stream):
+  def _after_call(self, state, progress: _HostProgress, stream, stop_when):
+    """After the prefill or a call of rounds: asks stop_when about the requests with new tokens (marking those it
+    ends done on the device), then streams the new tokens (up to what a stopped request keeps). Reads nothing from
+    the device when there is neither."""
+    if stream is None and stop_when is None:
+      return state
     out, out_len = _host(state.out), _host(state.out_len)
-    for i in range(len(seen)):
-      if out_len[i] > seen[i]:
-        stream(i, out[i, seen[i]:out_len[i]].tolist())
-    return out_len.astype(np.int64)
+    if stop_when is not None:
+      newly = np.zeros(len(progress.kept), bool)
+      for i in np.flatnonzero(out_len > progress.checked):
+        if progress.kept[i] is None:
+          n = stop_when(int(i), out[i, :out_len[i]].tolist())
+          if n is not None and (isinstance(n, bool) or not 1 <= n <= out_len[i]):
+            raise ValueError(f"stop_when({i}, ids) returned {n!r}; expected None or a token count in "
+                             f"[1, {out_len[i]}]")
+          progress.kept[i], newly[i] = n, n is not None
+      progress.checked = np.maximum(progress.checked, out_len)
+      if newly.any():
+        state = self._mark_done(state, newly)
+    for i in range(len(progress.kept)):
+      end = out_len[i] if progress.kept[i] is None else min(int(out_len[i]), progress.kept[i])
+      if stream is not None and end > progress.seen[i]:
+        stream(i, out[i, progress.seen[i]:end].tolist())
+      progress.seen[i] = max(progress.seen[i], end)
+    return state
+
+  def _mark_done(self, state, newly):
+    """state with done set for the requests where newly [B] is True (same shardings, so the compiled rounds
+    still take it)."""
+    done = state.done
+    fn = self._mark_done_programs.get(done.sharding)
+    if fn is None:
+      fn = self._mark_done_programs[done.sharding] = jax.jit(jnp.logical_or, out_shardings=done.sharding)
+    return dataclasses.replace(state, done=fn(done, self._place(newly)))
 
   @staticmethod
-  def _results(state, prompts, elapsed, stops):
+  def _results(state, prompts, elapsed, stops, kept):
     out, out_len = _host(state.out), _host(state.out_len)
     rounds, per_round = _host(state.rounds), _host(state.per_round)
     results = []
     for i, p in enumerate(prompts):
       ids = out[i, :out_len[i]].tolist()
       acc = per_round[i, :rounds[i]].tolist()
-      # The first token comes from the prefill, not from a round.
+      if kept[i] is not None:
+        ids = ids[:kept[i]]
+        # The first token comes from the prefill, each round's from acc: keep the rounds up to the kept tokens.
+        acc = acc[:int(np.searchsorted(np.cumsum([1] + acc), kept[i]))]
+        reason = "stop_string"
+      else:
+        reason = "stop_token" if ids and ids[-1] in stops else "max_new_tokens"
       tau = (sum(acc) / len(acc)) if acc else 0.0
-      reason = "stop_token" if ids and ids[-1] in stops else "max_new_tokens"
-      results.append(GenerationResult(token_ids=ids, prompt_tokens=len(p), rounds=int(rounds[i]),
+      results.append(GenerationResult(token_ids=ids, prompt_tokens=len(p), rounds=len(acc),
                                       accepted_per_round=acc, tau=tau,
                                       tokens_per_s=len(ids) / elapsed if elapsed > 0 else 0.0,
                                       stop_reason=reason))

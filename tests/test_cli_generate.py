@@ -1,6 +1,7 @@
 """ddtree-generate end to end on small checkpoints in the real layout, and its refusals."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -58,6 +59,10 @@ def test_generate_json_all_modes_agree(dirs, tmp_path):
     ("--rounds_per_call=0", "--rounds_per_call"),
     ("--seed=4294967296", "--seed=4294967296"),
     ("--budget=auto --rounds_per_call=2", "rounds_per_call=2: budget 'auto'"),
+    ("--stop=", "--stop: a stop string must not be empty"),
+    ("--stop=abc", "--stop needs the model's tokenizer"),
+    ("--stop_ids=256", "--stop_ids: token id 256 is outside the vocabulary [0, 256)"),
+    ("--stop_ids=1,x", "--stop_ids='1,x'"),
 ])
 def test_bad_flags_exit_nonzero_with_message(dirs, flag, message):
   target, drafter, _ = dirs
@@ -79,3 +84,46 @@ def test_missing_dirs_and_tokenizerless_text_prompt(dirs, tmp_path):
   assert r.returncode != 0 and "no such directory" in r.stderr
   r = run_cli(f"--model_dir={target}", "--mode=ar", "--prompt=hello")
   assert r.returncode != 0 and "no tokenizer" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def text_target(dirs, tmp_path_factory):
+  """The tiny target with the embedded model's byte-level BPE tokenizer (its first 256 ids decode to bytes and
+  specials, so the random model's output is text, not always valid UTF-8)."""
+  target = str(tmp_path_factory.mktemp("text") / "target")
+  shutil.copytree(dirs[0], target)
+  shutil.copy(os.path.join(ROOT, "checkpoints", "default", "target", "tokenizer.json"), target)
+  return target
+
+
+def test_stop_strings_and_stop_ids(dirs, text_target, tmp_path):
+  from ddtree_jax.checkpoint.tokenizer import load_tokenizer
+  decode = load_tokenizer(text_target).decode
+  base = (f"--model_dir={text_target}", f"--drafter_dir={dirs[1]}", "--prompt_ids=5,6,7,8", "--mode=ddtree",
+          "--budget=6", "--max_new_tokens=40", "--dtype=float32")
+
+  def generate(*flags):
+    out = tmp_path / "out.json"
+    r = run_cli(*base, f"--output_json={out}", *flags)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(out.read_text())["results"][0], r.stdout
+
+  full, stdout = generate()
+  assert full["text"] == decode(full["token_ids"]) == stdout      # the stream prints exactly the final text
+  text, ids = full["text"], full["token_ids"]
+  # A stop string from the second half of the output (no replacement character in it).
+  at = next(k for k in range(len(text) // 2, len(text) - 2) if "\ufffd" not in text[k:k + 2])
+  stop = text[at:at + 2]
+  kept = next(n for n in range(1, len(ids) + 1) if stop in decode(ids[:n]))
+  got, stdout = generate(f"--stop={stop}")
+  assert got["token_ids"] == ids[:kept] and got["stats"]["stop_reason"] == "stop_string"
+  assert got["text"] == stdout == text[:text.index(stop)]
+  # A JSONL prompt's own "stop" is refused by file and line when it is not strings.
+  bad = tmp_path / "p.jsonl"
+  bad.write_text('{"prompt": "a"}\n{"prompt": "b", "stop": 5}\n')
+  r = run_cli(f"--model_dir={text_target}", "--mode=ar", f"--prompt_file={bad}")
+  assert r.returncode != 0 and f'{bad}:2: "stop": expected a string or a list of strings' in r.stderr, r.stderr
+  # --stop_ids: the first occurrence of the token ends the request, the token kept.
+  stop_id = ids[len(ids) // 2]
+  got, _ = generate(f"--stop_ids={stop_id}", "--nostream")
+  assert got["token_ids"] == ids[:ids.index(stop_id) + 1] and got["stats"]["stop_reason"] == "stop_token"

@@ -2,6 +2,7 @@
 (random DFlash weights, tau near 1) and with an oracle drafter (the target's own greedy
 continuation, full blocks), for ragged batches, stop tokens inside accepted paths and max_new_tokens."""
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +15,7 @@ from ddtree_jax.engine import Engine
 from ddtree_jax.model.deepseek import DeepseekV3
 from ddtree_jax.model.dflash import DFlashDrafter
 from ddtree_jax.spec.oracle import OracleDrafter
+from ddtree_jax.stop_strings import StopStrings
 
 MAX_NEW = 24
 SEEDS = (0, 1, 2)
@@ -81,6 +83,43 @@ def test_stop_token_inside_accepted_path(cfgs):
       res = eng.generate(prompts, mode=mode, budget=budget, max_new_tokens=MAX_NEW, stop_ids=[stop])
       assert [r.token_ids for r in res] == expect, mode
       assert res[0].stop_reason == "stop_token"
+
+
+def letters(ids):
+  """A stand-in tokenizer's decode for stop strings: token t is one letter."""
+  return "".join(chr(97 + t % 26) for t in ids)
+
+
+def test_stop_strings_cut_at_the_token_that_completes_them(cfgs):
+  cfg, _ = cfgs
+  dflash, oracle = engines(cfgs, 0)
+  prompts = random_prompts(np.random.default_rng(7), cfg, BATCH)
+  ar_full = [r.token_ids for r in dflash.generate(prompts, mode="ar", max_new_tokens=MAX_NEW)]
+  # A stop string that request 0 completes mid-output (rounds of several tokens run past it within a call), and
+  # one that the prefill's first token already completes.
+  for stop in (letters(ar_full[0][9:12]), letters(ar_full[0][:1])):
+    expect = []
+    for toks in ar_full:
+      n = next((n for n in range(1, len(toks) + 1) if stop in letters(toks[:n])), len(toks))
+      expect.append(toks[:n])
+    for eng in (dflash, oracle):
+      for mode, budget in (("ar", 1), ("dflash", 1), ("ddtree", DDTREE_BUDGETS[-1])):
+        streamed = {i: [] for i in range(BATCH)}
+        res = eng.generate(prompts, mode=mode, budget=budget, max_new_tokens=MAX_NEW,
+                           stop_when=StopStrings(letters, [[stop]] * BATCH).tokens_to_keep,
+                           stream=lambda i, ids: streamed[i].extend(ids))
+        assert [r.token_ids for r in res] == expect, (stop, mode)
+        assert [streamed[i] for i in range(BATCH)] == expect
+        for r, full in zip(res, ar_full):
+          assert r.stop_reason == ("stop_string" if stop in letters(full) else "max_new_tokens")
+          # rounds and tau count the rounds up to the kept tokens: the last one reaches them, the one before not
+          acc = r.accepted_per_round
+          assert r.rounds == len(acc) and 1 + sum(acc) >= len(r.token_ids) > 1 + sum(acc[:-1]) - (not acc)
+      assert res[0].stop_reason == "stop_string"
+  # A stopped request is marked done on the device: stopping every one after the prefill runs no round at all.
+  res, state = oracle.run(prompts, mode="ddtree", budget=DDTREE_BUDGETS[-1], max_new_tokens=MAX_NEW,
+                          stop_when=lambda i, ids: 1)
+  assert [r.token_ids for r in res] == [t[:1] for t in ar_full] and not np.asarray(state.rounds).any()
 
 
 @pytest.mark.parametrize("max_new", [1, 2, 9])
@@ -176,6 +215,14 @@ def test_bad_arguments_are_refused(cfgs):
       dflash.generate([[3, 4]], mode="ar", seed=seed)
   with pytest.raises(ValueError, match="max_position_embeddings"):
     dflash.generate([[3] * (cfg.max_position_embeddings - 4)], mode="ar", max_new_tokens=8)
+  v = cfg.vocab_size
+  with pytest.raises(ValueError, match=re.escape(f"stop_ids: (3, {v}) has an id outside the vocabulary [0, {v})")):
+    dflash.generate([[3, 4]], mode="ar", stop_ids=[3, cfg.vocab_size])
+  prompts = random_prompts(np.random.default_rng(0), cfg, BATCH)
+  for bad in (0, MAX_NEW + 1, True):
+    with pytest.raises(ValueError, match=r"stop_when\(0, ids\) returned .*; expected None or a token count in "
+                       r"\[1, 1\]"):
+      dflash.generate(prompts, mode="ar", max_new_tokens=MAX_NEW, stop_when=lambda i, ids: bad)
   with pytest.raises(ConfigError, match="vocab_size"):
     bad = dataclasses.replace(dcfg, vocab_size=cfg.vocab_size * 2)
     Engine(dflash_target(dflash), cfg, DFlashDrafter(bad, dtype=jnp.float32, rngs=nnx.Rngs(0)), bad)

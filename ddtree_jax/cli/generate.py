@@ -14,12 +14,14 @@ from absl import app, flags
 
 from ddtree_jax.cli import common  # noqa: F401  (--prefill_chunk, --moe_layout)
 from ddtree_jax.cli import distributed  # noqa: F401  (--mesh and the jax.distributed flags)
+from ddtree_jax import stop_strings
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "HF or converted target directory (default: the embedded model)")
 flags.DEFINE_string("drafter_dir", None, "HF or converted DFlash drafter directory")
 flags.DEFINE_string("prompt", None, "a text prompt")
-flags.DEFINE_string("prompt_file", None, 'JSONL file, one {"prompt": ...} per line')
+flags.DEFINE_string("prompt_file", None, 'JSONL file, one {"prompt": ...} per line; an optional "stop" (a string '
+                    "or a list) adds stop strings for that prompt")
 flags.DEFINE_string("prompt_ids", None, "comma-separated token ids (works without a tokenizer)")
 flags.DEFINE_enum("mode", "ddtree", ["ar", "dflash", "ddtree"], "decoding mode")
 flags.DEFINE_string("budget", "32", "DDTree node budget N (>= 1), or 'auto': the budget that maximises "
@@ -28,6 +30,10 @@ flags.DEFINE_float("temperature", 0.0, "0 = greedy")
 flags.DEFINE_float("top_p", 1.0, "nucleus sampling, in (0, 1]")
 flags.DEFINE_integer("top_k", 0, "top-k sampling (0 = off)")
 flags.DEFINE_integer("max_new_tokens", 64, "tokens to generate per prompt")
+flags.DEFINE_multi_string("stop", [], "stop string (repeat the flag for several): a request ends once its text "
+                          "contains one; its text ends before it, its tokens with the one that completes it")
+flags.DEFINE_string("stop_ids", None, "comma-separated token ids that end a request, besides the model's own "
+                    "end tokens (config.json eos_token_id); the stop token is kept")
 flags.DEFINE_integer("seed", 0, "sampling seed, in [0, 2**32) (jax.random.key keeps 32 bits)", lower_bound=0,
                      upper_bound=2**32 - 1)
 flags.DEFINE_string("dtype", "bfloat16", "parameter and cache dtype: bfloat16 or float32")
@@ -39,7 +45,7 @@ flags.DEFINE_string("trace_dir", None, "save every round's draft tree (PNG) and 
 
 
 def read_prompts(tokenizer):
-  """Returns (list of token-id lists, list of prompt texts or None)."""
+  """Returns (list of token-id lists, list of prompt texts or None, list of each prompt's own stop strings)."""
   from ddtree_jax.cli.common import UsageError
   given = [f for f in ("prompt", "prompt_file", "prompt_ids") if getattr(FLAGS, f) is not None]
   if len(given) > 1:
@@ -49,7 +55,8 @@ def read_prompts(tokenizer):
       ids = [int(x) for x in FLAGS.prompt_ids.split(",") if x.strip()]
     except ValueError:
       raise UsageError(f"--prompt_ids={FLAGS.prompt_ids!r}: expected comma-separated integers") from None
-    return [ids], [None]
+    return [ids], [None], [()]
+  own_stops = []
   if FLAGS.prompt_file is not None:
     if not os.path.exists(FLAGS.prompt_file):
       raise UsageError(f"--prompt_file={FLAGS.prompt_file}: no such file")
@@ -59,15 +66,36 @@ def read_prompts(tokenizer):
         if not line.strip():
           continue
         try:
-          texts.append(json.loads(line)["prompt"])
+          record = json.loads(line)
+          texts.append(record["prompt"])
         except (json.JSONDecodeError, KeyError, TypeError):
           raise UsageError(f"{FLAGS.prompt_file}:{n}: expected a JSON object with a \"prompt\" field") from None
+        try:
+          own_stops.append(stop_strings.normalize(record.get("stop"), what=f"{FLAGS.prompt_file}:{n}: \"stop\""))
+        except ValueError as e:
+          raise UsageError(str(e)) from None
   else:
     texts = [FLAGS.prompt if FLAGS.prompt is not None else "def fibonacci(n):\n"]
+    own_stops = [()]
   if tokenizer is None:
     raise UsageError("this model directory has no tokenizer: pass --prompt_ids=1,2,3")
   encode = tokenizer.encode_chat if FLAGS.chat else tokenizer.encode
-  return [encode(t) for t in texts], texts
+  return [encode(t) for t in texts], texts, own_stops
+
+
+def parse_stop_ids(cfg):
+  """The model's stop ids plus --stop_ids, checked against the vocabulary."""
+  from ddtree_jax.cli.common import UsageError
+  if FLAGS.stop_ids is None:
+    return None
+  try:
+    extra = [int(x) for x in FLAGS.stop_ids.split(",") if x.strip()]
+  except ValueError:
+    raise UsageError(f"--stop_ids={FLAGS.stop_ids!r}: expected comma-separated integers") from None
+  bad = [t for t in extra if not 0 <= t < cfg.vocab_size]
+  if bad:
+    raise UsageError(f"--stop_ids: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
+  return list(cfg.stop_token_ids) + extra
 
 
 def main(argv):
@@ -91,18 +119,29 @@ def main(argv):
     mesh = distributed.mesh_from_flags()
     target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
                                                          want_drafter=FLAGS.mode != "ar", mesh=mesh)
-    prompts, texts = read_prompts(tok)
+    prompts, texts, own_stops = read_prompts(tok)
+    stop_ids = parse_stop_ids(cfg)
+    try:
+      given = stop_strings.normalize(FLAGS.stop, what="--stop")
+    except ValueError as e:
+      raise UsageError(str(e)) from None
+    if tok is None and given:
+      raise UsageError("--stop needs the model's tokenizer (this model directory has none): use --stop_ids")
+    stops = stop_strings.StopStrings(tok.decode, [given + s for s in own_stops]) if tok is not None else None
     engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk, moe_layout=FLAGS.moe_layout)
   except (UsageError, ValueError) as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2
   print(f"model: {label}\nmode: {FLAGS.mode}" + (f" (budget {FLAGS.budget})" if FLAGS.mode == "ddtree" else "")
         + f"\ndevices: {distributed.describe(mesh)}", file=sys.stderr)
-  stream = None
+  from ddtree_jax.cli.text_stream import TextStream
+  stream = printer = None
   if FLAGS.stream and len(prompts) == 1 and tok is not None:
-    def stream(i, ids):
-      sys.stdout.write(tok.decode(ids))
+    def write(text):
+      sys.stdout.write(text)
       sys.stdout.flush()
+    printer = TextStream(tok.decode, write, stops)
+    stream = lambda i, ids: printer.add(ids)   # noqa: E731
     if texts[0] is not None:
       sys.stdout.write(texts[0])
   import contextlib
@@ -111,7 +150,8 @@ def main(argv):
     with (viz_trace.tracing(engine) if FLAGS.trace_dir else contextlib.nullcontext([])) as traces:
       results = engine.generate(prompts, mode=FLAGS.mode, budget=budget, sampling=sampling,
                                 max_new_tokens=FLAGS.max_new_tokens, seed=FLAGS.seed, stream=stream,
-                                rounds_per_call=FLAGS.rounds_per_call)
+                                rounds_per_call=FLAGS.rounds_per_call, stop_ids=stop_ids,
+                                stop_when=stops.tokens_to_keep if stops is not None and stops.any else None)
   except ValueError as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2
@@ -122,9 +162,11 @@ def main(argv):
   for i, r in enumerate(results):
     rec = {"prompt": texts[i], "prompt_ids": prompts[i], "token_ids": r.token_ids, "stats": r.stats()}
     if tok is not None:
-      rec["text"] = r.text = tok.decode(r.token_ids)
+      rec["text"] = r.text = stops.cut(i, tok.decode(r.token_ids))
     records.append(rec)
-    if stream is None:
+    if printer is not None:
+      printer.finish(r.text)
+    else:
       print(rec.get("text", r.token_ids))
     s = r.stats()
     print(f"\n[{i}] {len(r.token_ids)} tokens in {s['rounds']} rounds, tau {s['tau']:.2f} tokens/round, "

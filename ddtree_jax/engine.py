@@ -207,11 +207,12 @@ class Engine:
                      feature_layers=tuple(d.target_layer_ids), sampling=sampling)
 
   def init_state(self, batch: int, capacity: int, out_width: int, max_rounds: int, seed: int,
-                 num_stop_ids: int = STOP_SLOTS, *, max_new: int = 0, stop_ids: Optional[np.ndarray] = None,
+                 num_stop_ids: int = STOP_SLOTS, *, max_new=0, stop_ids: Optional[np.ndarray] = None,
                  expected_width: int = 0) -> GenerationState:
     """The empty state of a generation of `batch` requests (caches of `capacity` slots, `out_width` output slots,
-    `max_rounds` per-round counts): max_new_tokens `max_new` each, stop tokens `stop_ids` [batch, num_stop_ids]
-    (padded with -1; None: none), and an [batch, expected_width] expected-tokens table for --budget=auto (0: none).
+    `max_rounds` per-round counts): max_new_tokens `max_new` (one for all or [batch]), stop tokens `stop_ids`
+    [batch, num_stop_ids] (padded with -1; None: none), and an [batch, expected_width] expected-tokens table for
+    --budget=auto (0: none).
 
     One compiled program per shape, kept on the Engine: built eagerly it was ~30 small dispatches, ~22 ms of
     every generate on the H200 (benchmarks/RESULTS.md, issue 6 fourteenth round). On a mesh the program
@@ -222,19 +223,22 @@ class Engine:
       def build(key_data, max_new_arr, stop_arr):
         state = self._init_state(batch, capacity, out_width, max_rounds, jax.random.wrap_key_data(key_data),
                                  num_stop_ids)
-        return dataclasses.replace(state, max_new=jnp.broadcast_to(max_new_arr, (batch,)), stop_ids=stop_arr,
+        return dataclasses.replace(state, max_new=max_new_arr, stop_ids=stop_arr,
                                    expected=jnp.zeros((batch, expected_width)) if expected_width else None)
       shardings = None
       if self.mesh is not None:
         from ddtree_jax import sharding
-        example = (_key_data(0), np.int32(0), np.zeros((batch, num_stop_ids), np.int32))
+        example = (_key_data(0), np.zeros(batch, np.int32), np.zeros((batch, num_stop_ids), np.int32))
         shardings = sharding.state_shardings(jax.eval_shape(build, *example), self.mesh, self.drafter_cfg)
       program = self._init_programs[shape] = jax.jit(build, out_shardings=shardings)
     if stop_ids is None:
       stop_ids = np.full((batch, num_stop_ids), -1, np.int32)
     if np.shape(stop_ids) != (batch, num_stop_ids):
       raise ValueError(f"init_state: stop_ids has shape {np.shape(stop_ids)}, expected {(batch, num_stop_ids)}")
-    return program(_key_data(seed), np.int32(max_new), np.asarray(stop_ids, np.int32))
+    if np.ndim(max_new) not in (0, 1) or np.size(max_new) not in (1, batch):
+      raise ValueError(f"init_state: max_new has shape {np.shape(max_new)}, expected () or {(batch,)}")
+    max_new = np.broadcast_to(np.asarray(max_new, np.int32), (batch,))
+    return program(_key_data(seed), max_new, np.asarray(stop_ids, np.int32))
 
   def _init_state(self, batch, capacity, out_width, max_rounds, seed, num_stop_ids) -> GenerationState:
     """The empty state's arrays (traced inside init_state's program). seed: an int or a PRNG key."""
@@ -272,7 +276,7 @@ class Engine:
     return self.run(prompts, **kwargs)[0]
 
   def run(self, prompts: Sequence[Sequence[int]], *, mode: str = "ddtree", budget: int | str = 32,
-          sampling: SamplingParams = SamplingParams(), max_new_tokens: int = 64, seed: int = 0,
+          sampling: SamplingParams = SamplingParams(), max_new_tokens: int | Sequence[int] = 64, seed: int = 0,
           stop_ids: Optional[Sequence[int]] = None,
           stream: Optional[Callable[[int, list[int]], None]] = None,
           rounds_per_call: Optional[int] = None,
@@ -289,6 +293,9 @@ class Engine:
     (argument handling, XLA's graph launch) is shared by that many rounds. None: DEFAULT_ROUNDS_PER_CALL, or 1
     with budget "auto", which chooses each round's program from the previous round (more is refused).
 
+    max_new_tokens: one limit for every request, or one per request (a request that reaches its own is done
+    while the others go on).
+
     stream(i, new_ids) is called after each call with the tokens request i gained in its rounds.
 
     stop_when(i, ids) -> None or n: a stop condition the host checks after each call (and after the prefill) on
@@ -299,8 +306,16 @@ class Engine:
     """
     cfg = self.target_cfg
     sampling = sampling.validate()
-    if max_new_tokens < 1:
-      raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not prompts:
+      raise ValueError("no prompts given")
+    per_request = [max_new_tokens] * len(prompts) if np.ndim(max_new_tokens) == 0 else list(max_new_tokens)
+    if len(per_request) != len(prompts):
+      raise ValueError(f"max_new_tokens: {len(per_request)} values for {len(prompts)} prompts")
+    for i, m in enumerate(per_request):
+      if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {m!r}"
+                         + (f" for prompt {i}" if len(prompts) > 1 else ""))
+    max_new_tokens = max(per_request)
     if rounds_per_call is None:
       rounds_per_call = 1 if budget == "auto" else DEFAULT_ROUNDS_PER_CALL
     if not isinstance(rounds_per_call, int) or rounds_per_call < 1:
@@ -311,16 +326,14 @@ class Engine:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
       raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r} (jax.random.key keeps its low 32 "
                        "bits, so a larger seed would silently repeat a smaller one's samples)")
-    if not prompts:
-      raise ValueError("no prompts given")
     for i, p in enumerate(prompts):
       if len(p) == 0:
         raise ValueError(f"prompt {i} is empty")
       bad = [t for t in p if not 0 <= int(t) < cfg.vocab_size]
       if bad:
         raise ValueError(f"prompt {i}: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
-      if len(p) + max_new_tokens > cfg.max_position_embeddings:
-        raise ValueError(f"prompt {i}: {len(p)} prompt tokens + max_new_tokens {max_new_tokens} exceed the "
+      if len(p) + per_request[i] > cfg.max_position_embeddings:
+        raise ValueError(f"prompt {i}: {len(p)} prompt tokens + max_new_tokens {per_request[i]} exceed the "
                          f"model's window max_position_embeddings={cfg.max_position_embeddings}")
     stops = tuple(sorted(set(int(s) for s in (cfg.stop_token_ids if stop_ids is None else stop_ids))))
     if any(not 0 <= s < cfg.vocab_size for s in stops):
@@ -356,7 +369,7 @@ class Engine:
                       prefill_chunk=chunk)
     prompt_len = self._place(np.asarray([len(p) for p in prompts], np.int32))
     state = self.init_state(b, capacity, out_width, _bucket(max_new_tokens + 1, 64), seed, num_stops,
-                            max_new=max_new_tokens, stop_ids=stop_arr,
+                            max_new=np.asarray(per_request, np.int32), stop_ids=stop_arr,
                             expected_width=0 if auto is None else len(auto.candidates))
     chunks = [(self._place(tokens[:, i * chunk:(i + 1) * chunk]), self._place(np.full((b,), i * chunk, np.int32)))
               for i in range(n_chunks)]

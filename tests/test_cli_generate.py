@@ -127,3 +127,22 @@ def test_stop_strings_and_stop_ids(dirs, text_target, tmp_path):
   stop_id = ids[len(ids) // 2]
   got, _ = generate(f"--stop_ids={stop_id}", "--nostream")
   assert got["token_ids"] == ids[:ids.index(stop_id) + 1] and got["stats"]["stop_reason"] == "stop_token"
+
+
+def test_prompt_file_options_per_prompt(dirs, text_target, tmp_path):
+  # "Q" and "@" are single tokens below the tiny vocabulary in the embedded tokenizer.
+  prompts = tmp_path / "p.jsonl"
+  prompts.write_text('{"prompt": "Q", "max_new_tokens": 5, "id": 7}\n\n{"prompt": "@"}\n')
+  out = tmp_path / "out.json"
+  r = run_cli(f"--model_dir={text_target}", f"--drafter_dir={dirs[1]}", f"--prompt_file={prompts}", "--budget=6",
+              "--max_new_tokens=12", "--dtype=float32", f"--output_json={out}")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert f"{prompts}:1: ignoring field(s) id" in r.stderr
+  got = json.loads(out.read_text())["results"]
+  assert [len(g["token_ids"]) for g in got] == [5, 12] and [g["prompt"] for g in got] == ["Q", "@"]
+  for line, message in (('{"prompt": "Q", "max_new_tokens": 0}', '"max_new_tokens" must be an integer >= 1, got 0'),
+                        ('{"prompt": 5}', 'expected a JSON object with a "prompt" string'),
+                        ('["Q"]', 'expected a JSON object with a "prompt" string')):
+    prompts.write_text('{"prompt": "Q"}\n' + line + "\n")
+    r = run_cli(f"--model_dir={text_target}", "--mode=ar", f"--prompt_file={prompts}")
+    assert r.returncode != 0 and f"{prompts}:2: {message}" in r.stderr, r.stderr[-1500:]

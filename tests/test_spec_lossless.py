@@ -133,6 +133,22 @@ def test_max_new_tokens_exact(cfgs, max_new):
   assert [r.token_ids for r in res] == ar and all(len(t) == max_new for t in ar)
 
 
+def test_max_new_tokens_per_request(cfgs):
+  cfg, _ = cfgs
+  dflash, oracle = engines(cfgs, 0)
+  prompts = random_prompts(np.random.default_rng(3), cfg, BATCH)
+  ar = [r.token_ids for r in oracle.generate(prompts, mode="ar", max_new_tokens=MAX_NEW)]
+  limits = [1, 9, MAX_NEW - 3]           # the prefill's token only, one full oracle round, a cut round
+  for eng, mode in ((oracle, "ddtree"), (dflash, "dflash"), (dflash, "ar")):
+    res = eng.generate(prompts, mode=mode, budget=DDTREE_BUDGETS[-1], max_new_tokens=limits)
+    assert [r.token_ids for r in res] == [t[:m] for t, m in zip(ar, limits)], mode
+    assert all(r.stop_reason == "max_new_tokens" for r in res)
+  with pytest.raises(ValueError, match="max_new_tokens: 2 values for 3 prompts"):
+    oracle.generate(prompts, mode="ar", max_new_tokens=[4, 4])
+  with pytest.raises(ValueError, match="max_new_tokens must be an integer >= 1, got 0 for prompt 1"):
+    oracle.generate(prompts, mode="ar", max_new_tokens=[4, 0, 4])
+
+
 def test_cache_after_ddtree_equals_ar_cache(cfgs):
   """After the same accepted tokens, the committed target cache is what AR builds."""
   cfg, _ = cfgs

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -20,8 +21,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "HF or converted target directory (default: the embedded model)")
 flags.DEFINE_string("drafter_dir", None, "HF or converted DFlash drafter directory")
 flags.DEFINE_string("prompt", None, "a text prompt")
-flags.DEFINE_string("prompt_file", None, 'JSONL file, one {"prompt": ...} per line; an optional "stop" (a string '
-                    "or a list) adds stop strings for that prompt")
+flags.DEFINE_string("prompt_file", None, 'JSONL file, one {"prompt": ...} per line; optional per prompt: "stop" (a '
+                    'string or a list: stop strings besides --stop), "max_new_tokens" (instead of --max_new_tokens)')
 flags.DEFINE_string("prompt_ids", None, "comma-separated token ids (works without a tokenizer)")
 flags.DEFINE_enum("mode", "ddtree", ["ar", "dflash", "ddtree"], "decoding mode")
 flags.DEFINE_string("budget", "32", "DDTree node budget N (>= 1), or 'auto': the budget that maximises "
@@ -44,8 +45,34 @@ flags.DEFINE_string("trace_dir", None, "save every round's draft tree (PNG) and 
                     "(dflash/ddtree; slower, same tokens)")
 
 
-def read_prompts(tokenizer):
-  """Returns (list of token-id lists, list of prompt texts or None, list of each prompt's own stop strings)."""
+@dataclasses.dataclass
+class Prompts:
+  ids: list                        # [n] token-id lists
+  texts: list                      # [n] prompt texts, None for --prompt_ids
+  stops: list                      # [n] each prompt's own stop strings (--prompt_file "stop"), tuples
+  max_new: list                    # [n] each prompt's own max_new_tokens (--prompt_file), None: --max_new_tokens
+
+
+def _prompt_file_line(record, where: str):
+  """(text, own stop strings, own max_new_tokens or None) of one --prompt_file record."""
+  from ddtree_jax.cli.common import UsageError
+  if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+    raise UsageError(f"{where}: expected a JSON object with a \"prompt\" string")
+  unknown = sorted(set(record) - {"prompt", "stop", "max_new_tokens"})
+  if unknown:   # kept in the file for the user's own use (ids, references); said, in case one is a misspelling
+    print(f"ddtree-generate: {where}: ignoring field(s) {', '.join(unknown)} (read: prompt, stop, max_new_tokens)",
+          file=sys.stderr)
+  try:
+    stops = stop_strings.normalize(record.get("stop"), what=f"{where}: \"stop\"")
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+  max_new = record.get("max_new_tokens")
+  if max_new is not None and (isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1):
+    raise UsageError(f"{where}: \"max_new_tokens\" must be an integer >= 1, got {max_new!r}")
+  return record["prompt"], stops, max_new
+
+
+def read_prompts(tokenizer) -> Prompts:
   from ddtree_jax.cli.common import UsageError
   given = [f for f in ("prompt", "prompt_file", "prompt_ids") if getattr(FLAGS, f) is not None]
   if len(given) > 1:
@@ -55,32 +82,30 @@ def read_prompts(tokenizer):
       ids = [int(x) for x in FLAGS.prompt_ids.split(",") if x.strip()]
     except ValueError:
       raise UsageError(f"--prompt_ids={FLAGS.prompt_ids!r}: expected comma-separated integers") from None
-    return [ids], [None], [()]
-  own_stops = []
+    return Prompts([ids], [None], [()], [None])
   if FLAGS.prompt_file is not None:
     if not os.path.exists(FLAGS.prompt_file):
       raise UsageError(f"--prompt_file={FLAGS.prompt_file}: no such file")
-    texts = []
+    lines = []
     with open(FLAGS.prompt_file) as f:
       for n, line in enumerate(f, 1):
         if not line.strip():
           continue
+        where = f"{FLAGS.prompt_file}:{n}"
         try:
           record = json.loads(line)
-          texts.append(record["prompt"])
-        except (json.JSONDecodeError, KeyError, TypeError):
-          raise UsageError(f"{FLAGS.prompt_file}:{n}: expected a JSON object with a \"prompt\" field") from None
-        try:
-          own_stops.append(stop_strings.normalize(record.get("stop"), what=f"{FLAGS.prompt_file}:{n}: \"stop\""))
-        except ValueError as e:
-          raise UsageError(str(e)) from None
+        except json.JSONDecodeError:
+          raise UsageError(f"{where}: expected a JSON object with a \"prompt\" string") from None
+        lines.append(_prompt_file_line(record, where))
+    if not lines:
+      raise UsageError(f"--prompt_file={FLAGS.prompt_file}: no prompts in the file")
+    texts, stops, max_new = (list(c) for c in zip(*lines))
   else:
-    texts = [FLAGS.prompt if FLAGS.prompt is not None else "def fibonacci(n):\n"]
-    own_stops = [()]
+    texts, stops, max_new = [FLAGS.prompt if FLAGS.prompt is not None else "def fibonacci(n):\n"], [()], [None]
   if tokenizer is None:
     raise UsageError("this model directory has no tokenizer: pass --prompt_ids=1,2,3")
   encode = tokenizer.encode_chat if FLAGS.chat else tokenizer.encode
-  return [encode(t) for t in texts], texts, own_stops
+  return Prompts([encode(t) for t in texts], texts, stops, max_new)
 
 
 def parse_stop_ids(cfg):
@@ -119,7 +144,9 @@ def main(argv):
     mesh = distributed.mesh_from_flags()
     target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
                                                          want_drafter=FLAGS.mode != "ar", mesh=mesh)
-    prompts, texts, own_stops = read_prompts(tok)
+    given_prompts = read_prompts(tok)
+    prompts, texts = given_prompts.ids, given_prompts.texts
+    max_new = [FLAGS.max_new_tokens if m is None else m for m in given_prompts.max_new]
     stop_ids = parse_stop_ids(cfg)
     try:
       given = stop_strings.normalize(FLAGS.stop, what="--stop")
@@ -127,7 +154,7 @@ def main(argv):
       raise UsageError(str(e)) from None
     if tok is None and given:
       raise UsageError("--stop needs the model's tokenizer (this model directory has none): use --stop_ids")
-    stops = stop_strings.StopStrings(tok.decode, [given + s for s in own_stops]) if tok is not None else None
+    stops = None if tok is None else stop_strings.StopStrings(tok.decode, [given + s for s in given_prompts.stops])
     engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk, moe_layout=FLAGS.moe_layout)
   except (UsageError, ValueError) as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
@@ -149,7 +176,7 @@ def main(argv):
   try:
     with (viz_trace.tracing(engine) if FLAGS.trace_dir else contextlib.nullcontext([])) as traces:
       results = engine.generate(prompts, mode=FLAGS.mode, budget=budget, sampling=sampling,
-                                max_new_tokens=FLAGS.max_new_tokens, seed=FLAGS.seed, stream=stream,
+                                max_new_tokens=max_new, seed=FLAGS.seed, stream=stream,
                                 rounds_per_call=FLAGS.rounds_per_call, stop_ids=stop_ids,
                                 stop_when=stops.tokens_to_keep if stops is not None and stops.any else None)
   except ValueError as e:

@@ -74,6 +74,7 @@ class GenerationResult:
   tokens_per_s: float
   stop_reason: str                # "stop_token" | "stop_string" | "max_new_tokens"
   text: Optional[str] = None
+  logprobs: Optional[list[float]] = None   # the target's log-probability of each token (run(logprobs=True))
 
   def stats(self) -> dict:
     return {"rounds": self.rounds, "accepted_per_round": self.accepted_per_round, "tau": self.tau,
@@ -208,23 +209,24 @@ class Engine:
 
   def init_state(self, batch: int, capacity: int, out_width: int, max_rounds: int, seed: int,
                  num_stop_ids: int = STOP_SLOTS, *, max_new=0, stop_ids: Optional[np.ndarray] = None,
-                 expected_width: int = 0) -> GenerationState:
+                 expected_width: int = 0, logprobs: bool = False) -> GenerationState:
     """The empty state of a generation of `batch` requests (caches of `capacity` slots, `out_width` output slots,
     `max_rounds` per-round counts): max_new_tokens `max_new` (one for all or [batch]), stop tokens `stop_ids`
-    [batch, num_stop_ids] (padded with -1; None: none), and an [batch, expected_width] expected-tokens table for
-    --budget=auto (0: none).
+    [batch, num_stop_ids] (padded with -1; None: none), an [batch, expected_width] expected-tokens table for
+    --budget=auto (0: none), and with `logprobs` an [batch, out_width] table of the tokens' log-probabilities.
 
     One compiled program per shape, kept on the Engine: built eagerly it was ~30 small dispatches, ~22 ms of
     every generate on the H200 (benchmarks/RESULTS.md, issue 6 fourteenth round). On a mesh the program
     allocates the state in place, shard by shard (no full copy on one device)."""
-    shape = (batch, capacity, out_width, max_rounds, num_stop_ids, expected_width)
+    shape = (batch, capacity, out_width, max_rounds, num_stop_ids, expected_width, logprobs)
     program = self._init_programs.get(shape)
     if program is None:
       def build(key_data, max_new_arr, stop_arr):
         state = self._init_state(batch, capacity, out_width, max_rounds, jax.random.wrap_key_data(key_data),
                                  num_stop_ids)
         return dataclasses.replace(state, max_new=max_new_arr, stop_ids=stop_arr,
-                                   expected=jnp.zeros((batch, expected_width)) if expected_width else None)
+                                   expected=jnp.zeros((batch, expected_width)) if expected_width else None,
+                                   logprobs=jnp.zeros((batch, out_width), jnp.float32) if logprobs else None)
       shardings = None
       if self.mesh is not None:
         from ddtree_jax import sharding
@@ -281,7 +283,7 @@ class Engine:
           stream: Optional[Callable[[int, list[int]], None]] = None,
           rounds_per_call: Optional[int] = None,
           stop_when: Optional[Callable[[int, list[int]], Optional[int]]] = None,
-          ) -> tuple[list[GenerationResult], GenerationState]:
+          logprobs: bool = False) -> tuple[list[GenerationResult], GenerationState]:
     """Generates and also returns the final state (caches included).
 
     budget: DDTree nodes N, or "auto" (spec/auto_budget.py: the budget that maximises expected tokens/s
@@ -303,6 +305,10 @@ class Engine:
     with its first n tokens (stop_reason "stop_string"); it is marked done on the device, the tokens the call ran
     past it are dropped, and its rounds and tau count only the rounds up to its n-th token. Once a request has
     stopped it is not asked again.
+
+    logprobs: also return each token's log-probability under the target (sampling.token_logprobs: the model's
+    distribution before temperature / top-k / top-p), taken from the forward that chose the token (prefill, AR
+    step or tree verify). Costs a log-sum-exp over the vocabulary for the emitted positions of each round.
     """
     cfg = self.target_cfg
     sampling = sampling.validate()
@@ -370,7 +376,7 @@ class Engine:
     prompt_len = self._place(np.asarray([len(p) for p in prompts], np.int32))
     state = self.init_state(b, capacity, out_width, _bucket(max_new_tokens + 1, 64), seed, num_stops,
                             max_new=np.asarray(per_request, np.int32), stop_ids=stop_arr,
-                            expected_width=0 if auto is None else len(auto.candidates))
+                            expected_width=0 if auto is None else len(auto.candidates), logprobs=logprobs)
     chunks = [(self._place(tokens[:, i * chunk:(i + 1) * chunk]), self._place(np.full((b,), i * chunk, np.int32)))
               for i in range(n_chunks)]
     # Compile every program before the clock starts (the round takes a state of the same shapes).
@@ -438,6 +444,7 @@ class Engine:
   def _results(state, prompts, elapsed, stops, kept):
     out, out_len = _host(state.out), _host(state.out_len)
     rounds, per_round = _host(state.rounds), _host(state.per_round)
+    logprobs = None if state.logprobs is None else _host(state.logprobs)
     results = []
     for i, p in enumerate(prompts):
       ids = out[i, :out_len[i]].tolist()
@@ -453,5 +460,6 @@ class Engine:
       results.append(GenerationResult(token_ids=ids, prompt_tokens=len(p), rounds=len(acc),
                                       accepted_per_round=acc, tau=tau,
                                       tokens_per_s=len(ids) / elapsed if elapsed > 0 else 0.0,
-                                      stop_reason=reason))
+                                      stop_reason=reason,
+                                      logprobs=None if logprobs is None else logprobs[i, :len(ids)].tolist()))
     return results

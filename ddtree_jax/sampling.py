@@ -63,3 +63,16 @@ def choose_tokens(logits, key, params: SamplingParams, mesh=None):
   from ddtree_jax import sharding   # the filter per data group: XLA would gather the logits for lax.top_k
   x = sharding.per_data_group(lambda l: filtered_logits(l, params), mesh, logits)
   return jax.random.categorical(key, x, axis=-1).astype(jnp.int32)
+
+
+def token_logprobs(logits, tokens):
+  """The model's log-probability of each chosen token: log_softmax(logits)[token], before temperature, top-k and
+  top-p (the raw distribution, as `--logprobs` reports it). logits: [..., V]; tokens: int [...] -> fp32 [...].
+
+  Only reductions over V (a max, a sum of exponentials, a masked sum), no gather: logits split over the vocabulary
+  ("model" axis) stay split, and each reduction is one all-reduce."""
+  x = logits.astype(jnp.float32)
+  top = jnp.max(x, axis=-1, keepdims=True)
+  log_total = top[..., 0] + jnp.log(jnp.sum(jnp.exp(x - top), axis=-1))
+  vocab = jax.lax.broadcasted_iota(jnp.int32, x.shape, x.ndim - 1)
+  return jnp.sum(jnp.where(vocab == tokens[..., None], x, 0.0), axis=-1) - log_total

@@ -36,14 +36,16 @@ def test_generate_json_all_modes_agree(dirs, tmp_path):
   for mode in ("ar", "dflash", "ddtree"):
     out = tmp_path / f"{mode}.json"
     r = run_cli(f"--model_dir={target}", f"--drafter_dir={drafter}", "--prompt_ids=5,6,7,8", f"--mode={mode}",
-                "--budget=6", "--max_new_tokens=10", "--dtype=float32", f"--output_json={out}")
+                "--budget=6", "--max_new_tokens=10", "--dtype=float32", f"--output_json={out}", "--logprobs")
     assert r.returncode == 0, r.stderr[-2000:]
     rec = json.loads(out.read_text())["results"][0]
-    assert len(rec["token_ids"]) == 10
+    assert len(rec["token_ids"]) == 10 and len(rec["logprobs"]) == 10 and all(lp < 0 for lp in rec["logprobs"])
     assert set(rec["stats"]) >= {"rounds", "accepted_per_round", "tau", "tokens_per_s"}
     assert sum(rec["stats"]["accepted_per_round"]) + 1 == 10   # the first token comes from the prefill
-    outs[mode] = rec["token_ids"]
-  assert outs["ar"] == outs["dflash"] == outs["ddtree"]
+    outs[mode] = rec
+  assert outs["ar"]["token_ids"] == outs["dflash"]["token_ids"] == outs["ddtree"]["token_ids"]
+  for mode in ("dflash", "ddtree"):
+    assert outs[mode]["logprobs"] == pytest.approx(outs["ar"]["logprobs"], abs=1e-5)
 
 
 @pytest.mark.parametrize("flag, message", [

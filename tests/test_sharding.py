@@ -86,6 +86,8 @@ def eight_devices():
 def _check_tokens(res):
   ref = res["one_device"]
   assert res["cases"], "no mesh case ran"
+  assert set(res["logprob_err"]) == set(res["cases"]), res["logprob_err"]       # every case ran with --logprobs
+  assert max(res["logprob_err"].values()) < 1e-4, res["logprob_err"]
   for name, toks in res["cases"].items():
     mode = name.split("@")[0]
     assert toks == ref.get(mode, ref["ddtree"]), f"{name}: {toks} != one device {ref}"
@@ -156,23 +158,28 @@ def _main(full: bool):
   def gen(mesh, mode, prompts=PROMPTS):
     t, d = models()
     eng = Engine(t, cfg, d, dcfg, mesh=mesh)
-    res = eng.generate(prompts, mode=mode, budget=6, max_new_tokens=MAX_NEW, stop_ids=())
-    return [r.token_ids for r in res], eng
+    res = eng.generate(prompts, mode=mode, budget=6, max_new_tokens=MAX_NEW, stop_ids=(), logprobs=True)
+    return [r.token_ids for r in res], [r.logprobs for r in res], eng
 
-  one = {m: gen(None, m)[0] for m in (("ar", "dflash", "ddtree") if full else ("ddtree",))}
+  one, one_logprobs = {}, {}
+  for m in (("ar", "dflash", "ddtree") if full else ("ddtree",)):
+    one[m], one_logprobs[m], _ = gen(None, m)
   print(f"one device done {time.time() - t0:.1f}s", flush=True)
   cases = [("ddtree", "2x4"), ("ddtree", "1x8"), ("ar", "8x1")]
   if full:
     cases += [("ar", "1x8"), ("ar", "2x4"), ("dflash", "1x8"), ("dflash", "2x4"), ("ddtree", "8x1"),
               ("dflash", "8x1")]
-  out, shard_shapes = {}, {}
+  out, shard_shapes, logprob_err = {}, {}, {}
   for mode, m in cases:
     mesh = sharding.make_mesh(m)
     prompts = PROMPTS
     if m == "8x1":   # the data axis splits the batch: 8 requests (the first two are the reference's)
       prompts = PROMPTS * 4
-    toks, eng = gen(mesh, mode, prompts)
+    toks, logprobs, eng = gen(mesh, mode, prompts)
     out[f"{mode}@{m}"] = toks[:2]
+    if toks[:2] == one.get(mode, one["ddtree"]):     # the log-probabilities of the same tokens (vocab-split on "model")
+      ref_lp = one_logprobs.get(mode, one_logprobs["ddtree"])
+      logprob_err[f"{mode}@{m}"] = max(abs(a - b) for got, want in zip(logprobs[:2], ref_lp) for a, b in zip(got, want))
     assert all(t == toks[i % 2] for i, t in enumerate(toks)), f"{mode}@{m}: batch rows differ"
     if m == "1x8" and mode == "ddtree":
       flat = nnx.to_flat_state(eng._t_params)
@@ -218,7 +225,7 @@ def _main(full: bool):
       # the count above only means something if collectives print in this form: the model-axis ones must
       over_data[m + " over model"] = len(re.findall(r"replica_groups=mesh\[[^\]]*\]\s*\{[^}]*'model'", hlo))
   print("RESULT " + json.dumps({"one_device": one, "cases": out, "logits_err": err, "shard_shapes": shard_shapes,
-                                "over_data": over_data}))
+                                "over_data": over_data, "logprob_err": logprob_err}))
   print(f"total {time.time() - t0:.1f}s", flush=True)
 
 

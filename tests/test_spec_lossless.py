@@ -14,6 +14,7 @@ from configs.tiny import tiny, tiny_drafter
 from ddtree_jax.engine import Engine
 from ddtree_jax.model.deepseek import DeepseekV3
 from ddtree_jax.model.dflash import DFlashDrafter
+from ddtree_jax.sampling import SamplingParams
 from ddtree_jax.spec.oracle import OracleDrafter
 from ddtree_jax.stop_strings import StopStrings
 
@@ -149,6 +150,45 @@ def test_max_new_tokens_per_request(cfgs):
     oracle.generate(prompts, mode="ar", max_new_tokens=[4, 0, 4])
 
 
+def teacher_forced_logprobs(target, cfg, prompts, outputs):
+  """log_softmax of the target's logits over each prompt + output in one causal forward (no cache, no rounds):
+  [log p(out[j] | prompt, out[:j])] per request."""
+  from ddtree_jax.cache import init_latent_cache
+  seqs = [list(p) + list(o) for p, o in zip(prompts, outputs)]
+  n = max(map(len, seqs))
+  tokens = jnp.asarray([s + [0] * (n - len(s)) for s in seqs], jnp.int32)     # right-padded: causal, so harmless
+  cache = init_latent_cache(cfg.num_hidden_layers, len(seqs), n, cfg.kv_lora_rank, cfg.qk_rope_head_dim, jnp.float32)
+  mask = jnp.broadcast_to(jnp.tril(jnp.ones((n, n), bool)), (len(seqs), n, n))
+  logits = nnx.jit(lambda m, t, c, k: m(t, jnp.broadcast_to(jnp.arange(n), t.shape), c, k).logits)(
+      target, tokens, cache, mask)
+  logp = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+  return [[logp[i, len(p) - 1 + j, t] for j, t in enumerate(o)] for i, (p, o) in enumerate(zip(prompts, outputs))]
+
+
+def test_logprobs_are_the_targets_own(cfgs):
+  cfg, _ = cfgs
+  dflash, oracle = engines(cfgs, 2)
+  prompts = random_prompts(np.random.default_rng(11), cfg, BATCH)
+  ar = dflash.generate(prompts, mode="ar", max_new_tokens=MAX_NEW, logprobs=True)
+  want = teacher_forced_logprobs(dflash_target(dflash), cfg, prompts, [r.token_ids for r in ar])
+  for r, w in zip(ar, want):
+    np.testing.assert_allclose(r.logprobs, w, atol=1e-4)
+  assert np.std(np.concatenate(want)) > 1e-3                       # not all alike
+  for eng in (dflash, oracle):                                      # the verify forward gives the same numbers
+    for mode, budget in (("dflash", 1), ("ddtree", DDTREE_BUDGETS[-1])):
+      res = eng.generate(prompts, mode=mode, budget=budget, max_new_tokens=MAX_NEW, logprobs=True)
+      assert [r.token_ids for r in res] == [r.token_ids for r in ar]
+      for r, a in zip(res, ar):
+        np.testing.assert_allclose(r.logprobs, a.logprobs, atol=1e-5)
+  # Sampled (T = 1, top-p 0.5): the log-probabilities are the model's, not the filtered distribution's.
+  sampled = dflash.generate(prompts, mode="ddtree", budget=DDTREE_BUDGETS[-1], max_new_tokens=MAX_NEW, seed=3,
+                            sampling=SamplingParams(1.0, 0.5), logprobs=True)
+  want = teacher_forced_logprobs(dflash_target(dflash), cfg, prompts, [r.token_ids for r in sampled])
+  for r, w in zip(sampled, want):
+    np.testing.assert_allclose(r.logprobs, w, atol=1e-4)
+  assert dflash.generate(prompts, mode="ar", max_new_tokens=MAX_NEW)[0].logprobs is None
+
+
 def test_cache_after_ddtree_equals_ar_cache(cfgs):
   """After the same accepted tokens, the committed target cache is what AR builds."""
   cfg, _ = cfgs
@@ -186,7 +226,6 @@ def test_several_rounds_per_call_give_what_one_round_per_call_gives(cfgs):
     assert any(r[3] == "stop_token" for r in one) and len({len(r[0]) for r in one}) > 1
     assert [sum(p, []) for p in three_pieces] == [sum(p, []) for p in one_pieces]
     assert sum(map(len, three_pieces)) < sum(map(len, one_pieces))
-  from ddtree_jax.sampling import SamplingParams
   sampled = [[r.token_ids for r in dflash.generate(prompts, mode="ddtree", budget=DDTREE_BUDGETS[-1], seed=4,
                                                    sampling=SamplingParams(1.0), max_new_tokens=MAX_NEW,
                                                    rounds_per_call=k)] for k in (1, 3)]
@@ -201,7 +240,6 @@ def test_several_rounds_per_call_give_what_one_round_per_call_gives(cfgs):
 def test_compiled_round_has_no_host_transfer(cfgs):
   cfg, dcfg = cfgs
   dflash, _ = engines(cfgs, 0)
-  from ddtree_jax.sampling import SamplingParams
   for mode, sampling in (("ddtree", SamplingParams()), ("ddtree", SamplingParams(1.0, 0.9, 5)), ("ar", SamplingParams())):
     spec = dflash.round_spec(mode, DDTREE_BUDGETS[-1], sampling)
     # The shapes of generate(BATCH prompts, mode="ddtree", max_new_tokens=MAX_NEW) (capacity 128, out width
@@ -217,7 +255,6 @@ def test_bad_arguments_are_refused(cfgs):
   cfg, dcfg = cfgs
   dflash, _ = engines(cfgs, 0)
   from ddtree_jax.config import ConfigError
-  from ddtree_jax.sampling import SamplingParams
   with pytest.raises(ValueError, match="budget"):
     dflash.generate([[3, 4]], mode="ddtree", budget=0)
   with pytest.raises(ValueError, match="temperature"):
@@ -280,7 +317,6 @@ def test_chunked_prefill_gives_one_shot_tokens_and_cache(cfgs):
   """A ragged batch of 13, 7 and 11 tokens (padded to 16: chunks of 5, the last one padded) gives the
   one-shot prefill's tokens in every mode at T=0 (and AR's at T=1 with the same seed), and caches
   close to the one-shot caches after the prefill."""
-  from ddtree_jax.sampling import SamplingParams
   chunked, one_shot = chunk_engines(cfgs)
   rng = np.random.default_rng(21)
   prompts = [rng.integers(2, cfgs[0].vocab_size - 1, size=n).tolist() for n in (13, 7, 11)]

@@ -35,6 +35,8 @@ flags.DEFINE_multi_string("stop", [], "stop string (repeat the flag for several)
                           "contains one; its text ends before it, its tokens with the one that completes it")
 flags.DEFINE_string("stop_ids", None, "comma-separated token ids that end a request, besides the model's own "
                     "end tokens (config.json eos_token_id); the stop token is kept")
+flags.DEFINE_boolean("logprobs", False, "write each generated token's log-probability under the target (before "
+                     "temperature / top-k / top-p) to --output_json as \"logprobs\"")
 flags.DEFINE_integer("seed", 0, "sampling seed, in [0, 2**32) (jax.random.key keeps 32 bits)", lower_bound=0,
                      upper_bound=2**32 - 1)
 flags.DEFINE_string("dtype", "bfloat16", "parameter and cache dtype: bfloat16 or float32")
@@ -178,7 +180,8 @@ def main(argv):
       results = engine.generate(prompts, mode=FLAGS.mode, budget=budget, sampling=sampling,
                                 max_new_tokens=max_new, seed=FLAGS.seed, stream=stream,
                                 rounds_per_call=FLAGS.rounds_per_call, stop_ids=stop_ids,
-                                stop_when=stops.tokens_to_keep if stops is not None and stops.any else None)
+                                stop_when=stops.tokens_to_keep if stops is not None and stops.any else None,
+                                logprobs=FLAGS.logprobs)
   except ValueError as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2
@@ -188,6 +191,8 @@ def main(argv):
   records = []
   for i, r in enumerate(results):
     rec = {"prompt": texts[i], "prompt_ids": prompts[i], "token_ids": r.token_ids, "stats": r.stats()}
+    if r.logprobs is not None:
+      rec["logprobs"] = r.logprobs
     if tok is not None:
       rec["text"] = r.text = stops.cut(i, tok.decode(r.token_ids))
     records.append(rec)

@@ -22,7 +22,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from ddtree_jax.sampling import choose_tokens
+from ddtree_jax.sampling import choose_tokens, token_logprobs
 from ddtree_jax.spec.state import GenerationState, emit_tokens
 
 DEFAULT_CHUNK = 512   # K2.6 at 128K context on 8 x 96 GB fits with this (benchmarks/RESULTS.md, "Sharding")
@@ -66,13 +66,17 @@ def prefill_chunk(target, drafter, state: GenerationState, tokens, start, prompt
   here = (last >= 0) & (last < c)
   hidden = jnp.take_along_axis(out.hidden, jnp.clip(last, 0, c - 1)[:, None, None], axis=1)[:, 0]   # [B, D]
   _, sub = jax.random.split(state.key)            # the key itself advances once, in prefill_finish
-  first = choose_tokens(target.logits(hidden), sub, spec.sampling, getattr(target, "mesh", None))   # [B]
+  logits = target.logits(hidden)                                                    # [B, V]
+  first = choose_tokens(logits, sub, spec.sampling, getattr(target, "mesh", None))   # [B]
+  logprobs = state.logprobs
+  if logprobs is not None:       # the first token's, emitted (out[:, 0]) by prefill_finish
+    logprobs = logprobs.at[:, 0].set(jnp.where(here, token_logprobs(logits, first), logprobs[:, 0]))
   dcache = state.drafter_cache
   if drafter is not None:
     dcache = dataclasses.replace(dcache, lengths=jnp.minimum(prompt_len, start).astype(jnp.int32))
     dcache = drafter.append_context(out.features, positions, jnp.clip(prompt_len - start, 0, c), dcache)
   return dataclasses.replace(state, cache=out.cache, drafter_cache=dcache,
-                             bonus=jnp.where(here, first, state.bonus))
+                             bonus=jnp.where(here, first, state.bonus), logprobs=logprobs)
 
 
 def prefill_finish(state: GenerationState, prompt_len) -> GenerationState:

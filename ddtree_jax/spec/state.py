@@ -27,11 +27,15 @@ class GenerationState:
                                 # new stop sets do not recompile)
   expected: Optional[jax.Array] = None  # [B, C] fp32 running drafter-expected tokens per round for each
                                         # candidate budget of --budget=auto (spec/auto_budget.py); else None
+  logprobs: Optional[jax.Array] = None  # [B, max_new + block] fp32: the target's log-probability of each token of
+                                        # `out` (sampling.token_logprobs), when asked for (Engine.run logprobs)
 
 
-def emit_tokens(state: GenerationState, emit, n_emit):
+def emit_tokens(state: GenerationState, emit, n_emit, emit_logprobs=None):
   """Appends up to n_emit[b] tokens of emit [B, W] to the output, cutting at the first stop token
-  (which is kept) and at max_new. Finished sequences emit nothing. Returns (state, n_kept [B])."""
+  (which is kept) and at max_new. Finished sequences emit nothing. Returns (state, n_kept [B]).
+  emit_logprobs: fp32 [B, W], the tokens' log-probabilities, written beside them when the state keeps them
+  (None: the state's logprobs are left as they are)."""
   b, w = emit.shape
   idx = jnp.arange(w)[None, :]
   in_range = idx < n_emit[:, None]
@@ -46,11 +50,16 @@ def emit_tokens(state: GenerationState, emit, n_emit):
     return jax.lax.dynamic_update_slice(row, toks, (start,))
   written = jax.vmap(write)(state.out, jnp.where(idx < n_kept[:, None], emit, 0).astype(jnp.int32), state.out_len)
   out = jnp.where(state.done[:, None], state.out, written)
+  logprobs = state.logprobs
+  if logprobs is not None and emit_logprobs is not None:
+    kept_lp = jnp.where(idx < n_kept[:, None], emit_logprobs, 0.0).astype(jnp.float32)
+    logprobs = jnp.where(state.done[:, None], logprobs, jax.vmap(write)(logprobs, kept_lp, state.out_len))
   out_len = state.out_len + n_kept
   done = state.done | stopped | (out_len >= state.max_new)
   active = ~state.done
   rounds = state.rounds + active.astype(jnp.int32)
   per_round = jax.vmap(lambda r, v, i, a: jnp.where(a, r.at[i].set(v), r))(
       state.per_round, n_kept, jnp.minimum(state.rounds, state.per_round.shape[1] - 1), active)
-  new = dataclasses.replace(state, out=out, out_len=out_len, done=done, rounds=rounds, per_round=per_round)
+  new = dataclasses.replace(state, out=out, out_len=out_len, done=done, rounds=rounds, per_round=per_round,
+                            logprobs=logprobs)
   return new, n_kept

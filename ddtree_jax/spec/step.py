@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from ddtree_jax.cache import LatentCache, compact_block
-from ddtree_jax.sampling import SamplingParams, choose_tokens
+from ddtree_jax.sampling import SamplingParams, choose_tokens, token_logprobs
 from ddtree_jax.spec.state import GenerationState, emit_tokens
 from ddtree_jax.spec.tree import build_tree
 from ddtree_jax.spec.verify import walk_tree
@@ -63,7 +63,8 @@ def ar_round(target, state: GenerationState, spec: RoundSpec) -> GenerationState
   nxt = choose_tokens(out.logits[:, 0], sub, spec.sampling, getattr(target, "mesh", None))
   cache = dataclasses.replace(out.cache, lengths=start + active.astype(jnp.int32))
   state = dataclasses.replace(state, cache=cache, key=key, bonus=jnp.where(active, nxt, state.bonus))
-  state, _ = emit_tokens(state, nxt[:, None], jnp.ones((b,), jnp.int32))
+  lp = None if state.logprobs is None else token_logprobs(out.logits[:, :1], nxt[:, None])     # [B, 1]
+  state, _ = emit_tokens(state, nxt[:, None], jnp.ones((b,), jnp.int32), lp)
   return state
 
 
@@ -120,5 +121,8 @@ def speculative_round(target, drafter, state: GenerationState, spec: RoundSpec) 
   dcache = drafter.append_context(feats, start[:, None] + i.astype(jnp.int32), committed, state.drafter_cache)
   state = dataclasses.replace(state, cache=cache, drafter_cache=dcache, key=key,
                               bonus=jnp.where(active, bonus, state.bonus), expected=expected)
-  state, _ = emit_tokens(state, emit, n_acc)
+  lp = None
+  if state.logprobs is not None:    # emitted token i is the target's choice at the i-th node of the path
+    lp = token_logprobs(jnp.take_along_axis(out.logits, path[:, :, None], axis=1), emit)     # [B, Bk]
+  state, _ = emit_tokens(state, emit, n_acc, lp)
   return state

@@ -123,7 +123,7 @@ def test_stop_strings_and_stop_ids(dirs, text_target, tmp_path):
   # A JSONL prompt's own "stop" is refused by file and line when it is not strings.
   bad = tmp_path / "p.jsonl"
   bad.write_text('{"prompt": "a"}\n{"prompt": "b", "stop": 5}\n')
-  r = run_cli(f"--model_dir={text_target}", "--mode=ar", f"--prompt_file={bad}")
+  r = run_cli(f"--model_dir={tmp_path / 'absent'}", "--mode=ar", f"--prompt_file={bad}")
   assert r.returncode != 0 and f'{bad}:2: "stop": expected a string or a list of strings' in r.stderr, r.stderr
   # --stop_ids: the first occurrence of the token ends the request, the token kept.
   stop_id = ids[len(ids) // 2]
@@ -146,5 +146,6 @@ def test_prompt_file_options_per_prompt(dirs, text_target, tmp_path):
                         ('{"prompt": 5}', 'expected a JSON object with a "prompt" string'),
                         ('["Q"]', 'expected a JSON object with a "prompt" string')):
     prompts.write_text('{"prompt": "Q"}\n' + line + "\n")
-    r = run_cli(f"--model_dir={text_target}", "--mode=ar", f"--prompt_file={prompts}")
+    # refused before any model is read (this directory does not exist)
+    r = run_cli(f"--model_dir={tmp_path / 'absent'}", "--mode=ar", f"--prompt_file={prompts}")
     assert r.returncode != 0 and f"{prompts}:2: {message}" in r.stderr, r.stderr[-1500:]

@@ -49,7 +49,7 @@ flags.DEFINE_string("trace_dir", None, "save every round's draft tree (PNG) and 
 
 @dataclasses.dataclass
 class Prompts:
-  ids: list                        # [n] token-id lists
+  ids: list                        # [n] token-id lists (None until encode_prompts, for text prompts)
   texts: list                      # [n] prompt texts, None for --prompt_ids
   stops: list                      # [n] each prompt's own stop strings (--prompt_file "stop"), tuples
   max_new: list                    # [n] each prompt's own max_new_tokens (--prompt_file), None: --max_new_tokens
@@ -74,7 +74,8 @@ def _prompt_file_line(record, where: str):
   return record["prompt"], stops, max_new
 
 
-def read_prompts(tokenizer) -> Prompts:
+def read_prompts() -> Prompts:
+  """The prompts and their options from the flags, checked before any model is loaded (text not yet encoded)."""
   from ddtree_jax.cli.common import UsageError
   given = [f for f in ("prompt", "prompt_file", "prompt_ids") if getattr(FLAGS, f) is not None]
   if len(given) > 1:
@@ -104,21 +105,36 @@ def read_prompts(tokenizer) -> Prompts:
     texts, stops, max_new = (list(c) for c in zip(*lines))
   else:
     texts, stops, max_new = [FLAGS.prompt if FLAGS.prompt is not None else "def fibonacci(n):\n"], [()], [None]
+  return Prompts([None] * len(texts), texts, stops, max_new)
+
+
+def encode_prompts(prompts: Prompts, tokenizer) -> Prompts:
+  """Text prompts encoded with the model's tokenizer (--chat: in its chat turn format)."""
+  from ddtree_jax.cli.common import UsageError
+  if all(ids is not None for ids in prompts.ids):
+    return prompts
   if tokenizer is None:
     raise UsageError("this model directory has no tokenizer: pass --prompt_ids=1,2,3")
   encode = tokenizer.encode_chat if FLAGS.chat else tokenizer.encode
-  return Prompts([encode(t) for t in texts], texts, stops, max_new)
+  return dataclasses.replace(prompts, ids=[encode(t) for t in prompts.texts])
 
 
-def parse_stop_ids(cfg):
-  """The model's stop ids plus --stop_ids, checked against the vocabulary."""
+def parse_stop_ids():
+  """--stop_ids as a list of ints (None when not given); the vocabulary check waits for the model's config."""
   from ddtree_jax.cli.common import UsageError
   if FLAGS.stop_ids is None:
     return None
   try:
-    extra = [int(x) for x in FLAGS.stop_ids.split(",") if x.strip()]
+    return [int(x) for x in FLAGS.stop_ids.split(",") if x.strip()]
   except ValueError:
     raise UsageError(f"--stop_ids={FLAGS.stop_ids!r}: expected comma-separated integers") from None
+
+
+def stop_ids_for(cfg, extra):
+  """The model's own stop ids plus --stop_ids (None: the engine's default, the model's own)."""
+  from ddtree_jax.cli.common import UsageError
+  if extra is None:
+    return None
   bad = [t for t in extra if not 0 <= t < cfg.vocab_size]
   if bad:
     raise UsageError(f"--stop_ids: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
@@ -142,18 +158,20 @@ def main(argv):
     except ValueError as e:
       raise UsageError(f"--{str(e).split()[0]}: {e}") from None
     dtype = parse_dtype(FLAGS.dtype)
-    distributed.initialize()
-    mesh = distributed.mesh_from_flags()
-    target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
-                                                         want_drafter=FLAGS.mode != "ar", mesh=mesh)
-    given_prompts = read_prompts(tok)
-    prompts, texts = given_prompts.ids, given_prompts.texts
-    max_new = [FLAGS.max_new_tokens if m is None else m for m in given_prompts.max_new]
-    stop_ids = parse_stop_ids(cfg)
+    given_prompts = read_prompts()              # the prompts and stop options are checked before loading models
+    extra_stop_ids = parse_stop_ids()
     try:
       given = stop_strings.normalize(FLAGS.stop, what="--stop")
     except ValueError as e:
       raise UsageError(str(e)) from None
+    distributed.initialize()
+    mesh = distributed.mesh_from_flags()
+    target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
+                                                         want_drafter=FLAGS.mode != "ar", mesh=mesh)
+    given_prompts = encode_prompts(given_prompts, tok)
+    prompts, texts = given_prompts.ids, given_prompts.texts
+    max_new = [FLAGS.max_new_tokens if m is None else m for m in given_prompts.max_new]
+    stop_ids = stop_ids_for(cfg, extra_stop_ids)
     if tok is None and given:
       raise UsageError("--stop needs the model's tokenizer (this model directory has none): use --stop_ids")
     stops = None if tok is None else stop_strings.StopStrings(tok.decode, [given + s for s in given_prompts.stops])

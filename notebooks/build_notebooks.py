@@ -92,6 +92,22 @@ display(Image("quickstart_tree.png"))'''),
 The same from the command line, one PNG + JSON per round:
 
     ddtree-generate --mode=ddtree --budget=16 --max_new_tokens=32 --trace_dir=/tmp/trees"""),
+    new_markdown_cell("""\
+## Stop strings and log-probabilities
+A stop string ends a request once its text contains it (checked on the host after each compiled call: the
+tokens a call ran past it are dropped); the text ends before it. `logprobs=True` also returns each token's
+log-probability under the target, from the forward that chose it (here the tree verify). Command line:
+`ddtree-generate --stop=... --logprobs --output_json=out.json`."""),
+    new_code_cell('''\
+from ddtree_jax.stop_strings import StopStrings
+
+stop = results["ar"].text.split()[3]          # a word the output reaches
+stops = StopStrings(tokenizer.decode, [[stop]])
+r = engine.generate([prompt_ids], mode="ddtree", budget=16, max_new_tokens=32, stop_when=stops.tokens_to_keep,
+                    logprobs=True)[0]
+print(f"stop {stop!r}: {r.stop_reason} after {len(r.token_ids)} tokens; text {stops.cut(0, tokenizer.decode(r.token_ids))!r}")
+for token, logprob in zip(r.token_ids, r.logprobs):
+    print(f"{tokenizer.decode([token])!r:>14} {logprob:8.3f}")'''),
 ]
 
 CHECKPOINT = [
@@ -251,19 +267,23 @@ ax.set_title("MLA: fraction of the roofline per shape (blue: memory-bound, red: 
 ax.legend(fontsize=7)
 show(fig, "kernels_mla_fraction.png")'''),
     new_markdown_cell("""\
-## INT4 MoE over the whole token range (issue 6, tenth round)
+## INT4 MoE over the whole token range (issue 6, tenth, twelfth and fifteenth rounds)
 `benchmarks/plot_moe.py` draws the dispatched kernels on the expert arrays k-chunked as the engine lays them out
-on a GPU (`benchmarks/results/issue6_r10/call3/`, queued samples so host dispatch overlaps the device) against the
-same run's dispatch on the stored layout, the memory roofline (INT4 weights and scales of the experts hit /
-measured copy bandwidth), the compute roofline and REFERENCE.md's bf16 baselines. Memory-bound up to ~1K tokens;
-the 0.75 target applies to 1-64 tokens."""),
+on a GPU (1-8 tokens from the fifteenth round's final call, `benchmarks/results/issue6_r15/call5/`; 10-16 from the
+twelfth's, `benchmarks/results/issue6_r12/call5/`; the rest from `benchmarks/results/issue6_r10/call3/`; queued samples
+so host dispatch overlaps the device) against the twelfth round's dispatch, the memory roofline (INT4 weights
+and scales of the experts hit / measured copy bandwidth), the compute roofline and REFERENCE.md's bf16 baselines. Memory-bound up to ~1K tokens; the 0.75 target applies to
+1-64 tokens."""),
     new_code_cell('''\
 from benchmarks.plot_moe import _dispatched, moe_figure
 
-run = os.path.join(ROOT, "benchmarks", "results", "issue6_r10", "call3", "moe", "kernels.json")
-fig = moe_figure([run], (), run, k_chunk=256, earlier_label="stored layout, same run")
+results = os.path.join(ROOT, "benchmarks", "results")
+runs = [os.path.join(results, "issue6_r15", "call5", "moe", "kernels.json"),      # 1-8 tokens, final defaults
+        os.path.join(results, "issue6_r12", "call5", "moe", "kernels.json"),      # 10-16 tokens
+        os.path.join(results, "issue6_r10", "call3", "moe", "kernels.json")]      # the whole range
+fig = moe_figure(runs, (), runs[1], k_chunk=256, earlier_k_chunk=256, earlier_label="twelfth round (k-chunked)")
 show(fig, "kernels_moe.png")
-for r in _dispatched([run], k_chunk=256):
+for r in _dispatched(runs, k_chunk=256):
     print(f"M={r['M']:5d}: {r['time_s'] * 1e3:.3f} ms = {r['frac_roofline']:.0%} of the roofline, "
           f"{r['bytes'] / r['time_s'] / 1e12:.2f} TB/s of INT4 weights")'''),
     new_markdown_cell("""\
@@ -285,18 +305,20 @@ show(fig, "kernels_tree.png")'''),
 ]
 
 
-def write(name, cells):
+NOTEBOOKS = {"quickstart.ipynb": QUICKSTART, "kimi_k26_checkpoint.ipynb": CHECKPOINT, "kernels.ipynb": KERNELS}
+
+
+def write(name, cells, out_dir=HERE):
   nb = new_notebook(cells=cells)
   nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
   nb.metadata["language_info"] = {"name": "python"}
   for i, c in enumerate(nb.cells):   # stable ids: regenerating gives the same file
     c["id"] = f"{os.path.splitext(name)[0]}-{i}"
   nbformat.validate(nb)
-  nbformat.write(nb, os.path.join(HERE, name))
+  nbformat.write(nb, os.path.join(out_dir, name))
 
 
 if __name__ == "__main__":
-  write("quickstart.ipynb", QUICKSTART)
-  write("kimi_k26_checkpoint.ipynb", CHECKPOINT)
-  write("kernels.ipynb", KERNELS)
+  for name, cells in NOTEBOOKS.items():
+    write(name, cells)
   print("wrote", ", ".join(sorted(f for f in os.listdir(HERE) if f.endswith(".ipynb"))))

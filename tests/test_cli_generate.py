@@ -65,6 +65,7 @@ def test_generate_json_all_modes_agree(dirs, tmp_path):
     ("--stop=abc", "--stop needs the model's tokenizer"),
     ("--stop_ids=256", "--stop_ids: token id 256 is outside the vocabulary [0, 256)"),
     ("--stop_ids=1,x", "--stop_ids='1,x'"),
+    ("--batch_size=-1", "--batch_size"),
 ])
 def test_bad_flags_exit_nonzero_with_message(dirs, flag, message):
   target, drafter, _ = dirs
@@ -134,14 +135,19 @@ def test_stop_strings_and_stop_ids(dirs, text_target, tmp_path):
 def test_prompt_file_options_per_prompt(dirs, text_target, tmp_path):
   # "Q" and "@" are single tokens below the tiny vocabulary in the embedded tokenizer.
   prompts = tmp_path / "p.jsonl"
-  prompts.write_text('{"prompt": "Q", "max_new_tokens": 5, "id": 7}\n\n{"prompt": "@"}\n')
-  out = tmp_path / "out.json"
-  r = run_cli(f"--model_dir={text_target}", f"--drafter_dir={dirs[1]}", f"--prompt_file={prompts}", "--budget=6",
-              "--max_new_tokens=12", "--dtype=float32", f"--output_json={out}")
-  assert r.returncode == 0, r.stderr[-2000:]
-  assert f"{prompts}:1: ignoring field(s) id" in r.stderr
-  got = json.loads(out.read_text())["results"]
-  assert [len(g["token_ids"]) for g in got] == [5, 12] and [g["prompt"] for g in got] == ["Q", "@"]
+  prompts.write_text('{"prompt": "Q", "max_new_tokens": 5, "id": 7}\n\n{"prompt": "@"}\n{"prompt": "~"}\n')
+  runs = []
+  for batch_size in (0, 2):          # all three in one batch; two batches (2 + 1)
+    out = tmp_path / f"out{batch_size}.json"
+    r = run_cli(f"--model_dir={text_target}", f"--drafter_dir={dirs[1]}", f"--prompt_file={prompts}", "--budget=6",
+                "--max_new_tokens=12", "--dtype=float32", f"--output_json={out}", f"--batch_size={batch_size}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"{prompts}:1: ignoring field(s) id" in r.stderr
+    runs.append(json.loads(out.read_text())["results"])
+    assert ("batch 2/2: prompts 2-2" in r.stderr) == (batch_size == 2), r.stderr[-1500:]
+  got = runs[0]
+  assert [len(g["token_ids"]) for g in got] == [5, 12, 12] and [g["prompt"] for g in got] == ["Q", "@", "~"]
+  assert [g["token_ids"] for g in runs[1]] == [g["token_ids"] for g in got]     # greedy: batches change nothing
   for line, message in (('{"prompt": "Q", "max_new_tokens": 0}', '"max_new_tokens" must be an integer >= 1, got 0'),
                         ('{"prompt": 5}', 'expected a JSON object with a "prompt" string'),
                         ('["Q"]', 'expected a JSON object with a "prompt" string')):

@@ -35,6 +35,8 @@ flags.DEFINE_multi_string("stop", [], "stop string (repeat the flag for several)
                           "contains one; its text ends before it, its tokens with the one that completes it")
 flags.DEFINE_string("stop_ids", None, "comma-separated token ids that end a request, besides the model's own "
                     "end tokens (config.json eos_token_id); the stop token is kept")
+flags.DEFINE_integer("batch_size", 0, "prompts generated together (0: all in one batch); more prompts run batch "
+                     "after batch, batch k with sampling seed --seed + k", lower_bound=0)
 flags.DEFINE_boolean("logprobs", False, "write each generated token's log-probability under the target (before "
                      "temperature / top-k / top-p) to --output_json as \"logprobs\"")
 flags.DEFINE_integer("seed", 0, "sampling seed, in [0, 2**32) (jax.random.key keeps 32 bits)", lower_bound=0,
@@ -174,7 +176,12 @@ def main(argv):
     stop_ids = stop_ids_for(cfg, extra_stop_ids)
     if tok is None and given:
       raise UsageError("--stop needs the model's tokenizer (this model directory has none): use --stop_ids")
-    stops = None if tok is None else stop_strings.StopStrings(tok.decode, [given + s for s in given_prompts.stops])
+    size = FLAGS.batch_size or len(prompts)
+    batches = [list(range(a, min(a + size, len(prompts)))) for a in range(0, len(prompts), size)]
+    # each batch's stop strings (StopStrings counts requests within its generate call)
+    batch_stops = [None if tok is None else
+                   stop_strings.StopStrings(tok.decode, [given + given_prompts.stops[i] for i in batch])
+                   for batch in batches]
     engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk, moe_layout=FLAGS.moe_layout)
   except (UsageError, ValueError) as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
@@ -187,32 +194,38 @@ def main(argv):
     def write(text):
       sys.stdout.write(text)
       sys.stdout.flush()
-    printer = TextStream(tok.decode, write, stops)
+    printer = TextStream(tok.decode, write, batch_stops[0])
     stream = lambda i, ids: printer.add(ids)   # noqa: E731
     if texts[0] is not None:
       sys.stdout.write(texts[0])
   import contextlib
   from ddtree_jax.viz import trace as viz_trace
+  results = []   # (the batch's StopStrings, index in the batch, GenerationResult) per prompt, in order
   try:
     with (viz_trace.tracing(engine) if FLAGS.trace_dir else contextlib.nullcontext([])) as traces:
-      results = engine.generate(prompts, mode=FLAGS.mode, budget=budget, sampling=sampling,
-                                max_new_tokens=max_new, seed=FLAGS.seed, stream=stream,
-                                rounds_per_call=FLAGS.rounds_per_call, stop_ids=stop_ids,
-                                stop_when=stops.tokens_to_keep if stops is not None and stops.any else None,
-                                logprobs=FLAGS.logprobs)
+      for k, (batch, stops) in enumerate(zip(batches, batch_stops)):
+        if len(batches) > 1:
+          print(f"batch {k + 1}/{len(batches)}: prompts {batch[0]}-{batch[-1]}", file=sys.stderr, flush=True)
+        got = engine.generate([prompts[i] for i in batch], mode=FLAGS.mode, budget=budget, sampling=sampling,
+                              max_new_tokens=[max_new[i] for i in batch], seed=(FLAGS.seed + k) % 2**32,
+                              stream=stream, rounds_per_call=FLAGS.rounds_per_call, stop_ids=stop_ids,
+                              stop_when=stops.tokens_to_keep if stops is not None and stops.any else None,
+                              logprobs=FLAGS.logprobs)
+        results += [(stops, j, r) for j, r in enumerate(got)]
   except ValueError as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2
   auto = getattr(engine, "last_auto", None) if budget == "auto" and FLAGS.mode == "ddtree" else None
   if auto is not None:
-    print(f"auto budget: rounds per budget {auto['rounds_per_budget']}, last choice {auto['chosen']}", file=sys.stderr)
+    print(f"auto budget: rounds per budget {auto['rounds_per_budget']}, last choice {auto['chosen']}"
+          + (" (last batch)" if len(batches) > 1 else ""), file=sys.stderr)
   records = []
-  for i, r in enumerate(results):
+  for i, (stops, j, r) in enumerate(results):
     rec = {"prompt": texts[i], "prompt_ids": prompts[i], "token_ids": r.token_ids, "stats": r.stats()}
     if r.logprobs is not None:
       rec["logprobs"] = r.logprobs
     if tok is not None:
-      rec["text"] = r.text = stops.cut(i, tok.decode(r.token_ids))
+      rec["text"] = r.text = stops.cut(j, tok.decode(r.token_ids))
     records.append(rec)
     if printer is not None:
       printer.finish(r.text)

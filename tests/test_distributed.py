@@ -74,6 +74,31 @@ def test_two_processes_match_one_process(tmp_path):
       assert got["accepted"][mode] == ref["accepted"][mode], (i, mode, got["accepted"], ref["accepted"])
 
 
+def test_two_processes_generate_cli(tmp_path):
+  """ddtree-generate over two processes (--mesh=1x8): both run the generation, process 0 alone prints it and
+  writes --output_json; stop ids and log-probabilities work across processes."""
+  from configs.tiny import tiny_shardable
+  from ddtree_jax.checkpoint import synthetic
+  cfg = tiny_shardable(num_hidden_layers=2, stop_token_ids=())
+  target = synthetic.write_target_checkpoint(str(tmp_path / "target"), cfg, layout="k26", n_shards=2)
+  drafter = synthetic.write_drafter_checkpoint(str(tmp_path / "drafter"), synthetic.tiny_drafter_config(cfg))
+  args = [sys.executable, "-m", "ddtree_jax.cli.generate", f"--model_dir={target}", f"--drafter_dir={drafter}",
+          "--prompt_ids=5,6,7", "--mode=ddtree", "--budget=4", "--max_new_tokens=10", "--dtype=float32",
+          "--mesh=1x8", "--logprobs"]
+  outs = _run_pair(lambda i: args + [f"--output_json={tmp_path / 'out.json'}"])
+  assert "mesh 1x8" in outs[0][1] and "2 process(es)" in outs[0][1], outs[0][1][-2000:]
+  got = json.loads((tmp_path / "out.json").read_text())["results"][0]
+  assert len(got["token_ids"]) == len(got["logprobs"]) == 10 and all(lp < 0 for lp in got["logprobs"])
+  printed = [[l for l in o.splitlines() if not l.startswith("[Gloo]")] for o, _ in outs]   # the CPU collectives' log
+  assert printed == [[str(got["token_ids"])], []], outs                           # printed once, by process 0
+  assert sorted(os.listdir(tmp_path)) == ["drafter", "out.json", "target"]        # no .tmp left behind
+  stop = got["token_ids"][4]
+  outs = _run_pair(lambda i: args + [f"--output_json={tmp_path / 'stop.json'}", f"--stop_ids={stop}"])
+  cut = json.loads((tmp_path / "stop.json").read_text())["results"][0]
+  assert cut["token_ids"] == got["token_ids"][:got["token_ids"].index(stop) + 1]
+  assert cut["stats"]["stop_reason"] == "stop_token"
+
+
 def test_two_processes_convert(tmp_path):
   """ddtree-convert --mesh=1x8 over two processes (each saves its devices' slices, process 0 the files):
   the converted directory holds exactly the parameters of the HF checkpoint."""

@@ -186,11 +186,14 @@ def main(argv):
   except (UsageError, ValueError) as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2
+  from ddtree_jax import processes
+  # Several processes (one per host) run the same generation; process 0 alone prints it and writes the files.
+  primary = processes.is_primary()
   print(f"model: {label}\nmode: {FLAGS.mode}" + (f" (budget {FLAGS.budget})" if FLAGS.mode == "ddtree" else "")
         + f"\ndevices: {distributed.describe(mesh)}", file=sys.stderr)
   from ddtree_jax.cli.text_stream import TextStream
   stream = printer = None
-  if FLAGS.stream and len(prompts) == 1 and tok is not None:
+  if FLAGS.stream and len(prompts) == 1 and tok is not None and primary:
     def write(text):
       sys.stdout.write(text)
       sys.stdout.flush()
@@ -204,7 +207,7 @@ def main(argv):
   try:
     with (viz_trace.tracing(engine) if FLAGS.trace_dir else contextlib.nullcontext([])) as traces:
       for k, (batch, stops) in enumerate(zip(batches, batch_stops)):
-        if len(batches) > 1:
+        if len(batches) > 1 and primary:
           print(f"batch {k + 1}/{len(batches)}: prompts {batch[0]}-{batch[-1]}", file=sys.stderr, flush=True)
         got = engine.generate([prompts[i] for i in batch], mode=FLAGS.mode, budget=budget, sampling=sampling,
                               max_new_tokens=[max_new[i] for i in batch], seed=(FLAGS.seed + k) % 2**32,
@@ -216,7 +219,7 @@ def main(argv):
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2
   auto = getattr(engine, "last_auto", None) if budget == "auto" and FLAGS.mode == "ddtree" else None
-  if auto is not None:
+  if auto is not None and primary:
     print(f"auto budget: rounds per budget {auto['rounds_per_budget']}, last choice {auto['chosen']}"
           + (" (last batch)" if len(batches) > 1 else ""), file=sys.stderr)
   records = []
@@ -227,6 +230,8 @@ def main(argv):
     if tok is not None:
       rec["text"] = r.text = stops.cut(j, tok.decode(r.token_ids))
     records.append(rec)
+    if not primary:
+      continue
     if printer is not None:
       printer.finish(r.text)
     else:
@@ -234,10 +239,10 @@ def main(argv):
     s = r.stats()
     print(f"\n[{i}] {len(r.token_ids)} tokens in {s['rounds']} rounds, tau {s['tau']:.2f} tokens/round, "
           f"{s['tokens_per_s']:.1f} tokens/s ({s['stop_reason']})", file=sys.stderr)
-  if FLAGS.trace_dir:
+  if FLAGS.trace_dir and primary:
     viz_trace.save_traces(traces, FLAGS.trace_dir, tok)
     print(f"trace: {len(traces)} round trees (PNG + JSON) in {FLAGS.trace_dir}", file=sys.stderr)
-  if FLAGS.output_json:
+  if FLAGS.output_json and primary:
     tmp = FLAGS.output_json + ".tmp"
     with open(tmp, "w") as f:
       json.dump({"model": label, "mode": FLAGS.mode, "budget": budget, "results": records,

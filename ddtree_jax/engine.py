@@ -1,8 +1,8 @@
 """The generation engine: prefill, the round loop, stopping, batching, streaming and statistics.
 
 Every round is one computation (`spec/step.py`) over a donated `GenerationState`; a call of the compiled program
-runs up to `rounds_per_call` of them in a device loop. The host only reads the `done` flags (and, when streaming,
-the new tokens) between calls.
+runs up to `rounds_per_call` of them in a device loop. The host only reads the `done` flags (and, when streaming or
+checking a stop condition, the tokens) between calls.
 """
 from __future__ import annotations
 
@@ -116,6 +116,32 @@ def _key_data(seed: int) -> np.ndarray:
   """jax.random.key(seed)'s data on the host: the engine's seed contract is jax.random.key of the Python int
   (which a jitted int32 argument would not reproduce for every int), and a host array can go to any mesh."""
   return np.asarray(jax.random.key_data(jax.random.key(seed)))
+
+
+def check_requests(cfg: ModelConfig, prompts: Sequence[Sequence[int]], max_new_tokens, names=None) -> list[int]:
+  """Raises ValueError unless every prompt can be generated from by a target of config cfg: not empty, ids in the
+  vocabulary, prompt + its max_new_tokens (one for all, or one per prompt) within the model's window. names[i] names
+  prompt i in the messages (default "prompt i"). Returns the max_new_tokens of each prompt. Engine.run checks its
+  batch with it; a caller with many prompts can check them all before loading a model (ddtree-generate)."""
+  name = (lambda i: names[i]) if names is not None else (lambda i: f"prompt {i}")
+  if not prompts:
+    raise ValueError("no prompts given")
+  per_request = [max_new_tokens] * len(prompts) if np.ndim(max_new_tokens) == 0 else list(max_new_tokens)
+  if len(per_request) != len(prompts):
+    raise ValueError(f"max_new_tokens: {len(per_request)} values for {len(prompts)} prompts")
+  for i, (p, m) in enumerate(zip(prompts, per_request)):
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+      raise ValueError(f"max_new_tokens must be an integer >= 1, got {m!r}"
+                       + (f" for {name(i)}" if len(prompts) > 1 or names is not None else ""))
+    if len(p) == 0:
+      raise ValueError(f"{name(i)} is empty")
+    bad = [t for t in p if not 0 <= int(t) < cfg.vocab_size]
+    if bad:
+      raise ValueError(f"{name(i)}: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
+    if len(p) + m > cfg.max_position_embeddings:
+      raise ValueError(f"{name(i)}: {len(p)} prompt tokens + max_new_tokens {m} exceed the "
+                       f"model's window max_position_embeddings={cfg.max_position_embeddings}")
+  return [int(m) for m in per_request]
 
 
 @dataclasses.dataclass
@@ -303,8 +329,11 @@ class Engine:
     stop_when(i, ids) -> None or n: a stop condition the host checks after each call (and after the prefill) on
     request i's tokens so far, e.g. stop strings (stop_strings.StopStrings.tokens_to_keep). n: the request ends
     with its first n tokens (stop_reason "stop_string"); it is marked done on the device, the tokens the call ran
-    past it are dropped, and its rounds and tau count only the rounds up to its n-th token. Once a request has
-    stopped it is not asked again.
+    past it are dropped, and its rounds, accepted_per_round and tau count only the rounds and tokens up to its n-th
+    token (the returned state keeps what the device ran: tokens and cache entries past the stop included). Once a
+    request has stopped it is not asked again.
+    Several processes (jax.distributed): give stream and stop_when on every process or on none (the host's read of
+    the tokens is a collective when the batch is split over processes); stop_when must decide the same on each.
 
     logprobs: also return each token's log-probability under the target (sampling.token_logprobs: the model's
     distribution before temperature / top-k / top-p), taken from the forward that chose the token (prefill, AR
@@ -312,15 +341,7 @@ class Engine:
     """
     cfg = self.target_cfg
     sampling = sampling.validate()
-    if not prompts:
-      raise ValueError("no prompts given")
-    per_request = [max_new_tokens] * len(prompts) if np.ndim(max_new_tokens) == 0 else list(max_new_tokens)
-    if len(per_request) != len(prompts):
-      raise ValueError(f"max_new_tokens: {len(per_request)} values for {len(prompts)} prompts")
-    for i, m in enumerate(per_request):
-      if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-        raise ValueError(f"max_new_tokens must be an integer >= 1, got {m!r}"
-                         + (f" for prompt {i}" if len(prompts) > 1 else ""))
+    per_request = check_requests(cfg, prompts, max_new_tokens)
     max_new_tokens = max(per_request)
     if rounds_per_call is None:
       rounds_per_call = 1 if budget == "auto" else DEFAULT_ROUNDS_PER_CALL
@@ -332,15 +353,6 @@ class Engine:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
       raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r} (jax.random.key keeps its low 32 "
                        "bits, so a larger seed would silently repeat a smaller one's samples)")
-    for i, p in enumerate(prompts):
-      if len(p) == 0:
-        raise ValueError(f"prompt {i} is empty")
-      bad = [t for t in p if not 0 <= int(t) < cfg.vocab_size]
-      if bad:
-        raise ValueError(f"prompt {i}: token id {bad[0]} is outside the vocabulary [0, {cfg.vocab_size})")
-      if len(p) + per_request[i] > cfg.max_position_embeddings:
-        raise ValueError(f"prompt {i}: {len(p)} prompt tokens + max_new_tokens {per_request[i]} exceed the "
-                         f"model's window max_position_embeddings={cfg.max_position_embeddings}")
     stops = tuple(sorted(set(int(s) for s in (cfg.stop_token_ids if stop_ids is None else stop_ids))))
     if any(not 0 <= s < cfg.vocab_size for s in stops):
       raise ValueError(f"stop_ids: {stops} has an id outside the vocabulary [0, {cfg.vocab_size})")
@@ -417,7 +429,8 @@ class Engine:
       for i in np.flatnonzero(out_len > progress.checked):
         if progress.kept[i] is None:
           n = stop_when(int(i), out[i, :out_len[i]].tolist())
-          if n is not None and (isinstance(n, bool) or not 1 <= n <= out_len[i]):
+          if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer))
+                                or not 1 <= n <= out_len[i]):
             raise ValueError(f"stop_when({i}, ids) returned {n!r}; expected None or a token count in "
                              f"[1, {out_len[i]}]")
           progress.kept[i], newly[i] = n, n is not None
@@ -451,8 +464,11 @@ class Engine:
       acc = per_round[i, :rounds[i]].tolist()
       if kept[i] is not None:
         ids = ids[:kept[i]]
-        # The first token comes from the prefill, each round's from acc: keep the rounds up to the kept tokens.
+        # The first token comes from the prefill, each round's from acc: keep the rounds up to the kept tokens,
+        # the last of them counting only its tokens up to the stop.
         acc = acc[:int(np.searchsorted(np.cumsum([1] + acc), kept[i]))]
+        if acc:
+          acc[-1] -= 1 + sum(acc) - kept[i]
         reason = "stop_string"
       else:
         reason = "stop_token" if ids and ids[-1] in stops else "max_new_tokens"

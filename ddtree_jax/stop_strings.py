@@ -31,12 +31,16 @@ class StopStrings:
   """Per-request stop strings over a tokenizer's `decode(ids) -> str`.
 
   per_request[i]: the stop strings of request i (may be empty). An instance serves one generation: it remembers
-  how many of each request's tokens are known not to complete a stop string."""
+  how many of each request's tokens are known not to complete a stop string (`reset` forgets that)."""
 
   def __init__(self, decode: Callable[[Sequence[int]], str], per_request: Sequence[Sequence[str]]):
     self._decode = decode
     self._stops = [normalize(s, what=f"stop strings of request {i}") for i, s in enumerate(per_request)]
     self._overlap = [4 * max(map(len, s)) + 4 if s else 0 for s in self._stops]   # tokens, see the docstring
+    self._checked = [0] * len(self._stops)
+
+  def reset(self):
+    """Forget what was checked, for another generation of the same requests."""
     self._checked = [0] * len(self._stops)
 
   def __len__(self) -> int:
@@ -55,7 +59,10 @@ class StopStrings:
     """None while request i's tokens `ids` (all of them so far) contain no stop string; else how many to keep.
     Call with the growing token list of one generation (the tokens before the last call's are not re-checked)."""
     stops, checked = self._stops[i], self._checked[i]
-    if not stops or len(ids) <= checked:
+    if len(ids) < checked:
+      raise ValueError(f"StopStrings: request {i} has {len(ids)} tokens, fewer than the {checked} already checked: "
+                       "an instance serves one generation (reset() it for another)")
+    if not stops or len(ids) == checked:
       return None
     start = max(0, checked - self._overlap[i])
     if self._find(i, self._decode(ids[start:])) is None:

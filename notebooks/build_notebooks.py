@@ -101,7 +101,8 @@ log-probability under the target, from the forward that chose it (here the tree 
     new_code_cell('''\
 from ddtree_jax.stop_strings import StopStrings
 
-stop = results["ar"].text.split()[3]          # a word the output reaches
+text = results["ar"].text
+stop = text[len(text) // 2:][:3]               # three characters the output reaches
 stops = StopStrings(tokenizer.decode, [[stop]])
 r = engine.generate([prompt_ids], mode="ddtree", budget=16, max_new_tokens=32, stop_when=stops.tokens_to_keep,
                     logprobs=True)[0]

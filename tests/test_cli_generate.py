@@ -66,6 +66,7 @@ def test_generate_json_all_modes_agree(dirs, tmp_path):
     ("--stop_ids=256", "--stop_ids: token id 256 is outside the vocabulary [0, 256)"),
     ("--stop_ids=1,x", "--stop_ids='1,x'"),
     ("--batch_size=-1", "--batch_size"),
+    ("--logprobs", "--logprobs: the log-probabilities are written to --output_json"),
 ])
 def test_bad_flags_exit_nonzero_with_message(dirs, flag, message):
   target, drafter, _ = dirs
@@ -137,20 +138,32 @@ def test_prompt_file_options_per_prompt(dirs, text_target, tmp_path):
   prompts = tmp_path / "p.jsonl"
   prompts.write_text('{"prompt": "Q", "max_new_tokens": 5, "id": 7}\n\n{"prompt": "@"}\n{"prompt": "~"}\n')
   runs = []
-  for batch_size in (0, 2):          # all three in one batch; two batches (2 + 1)
+  for batch_size in (0, 2):          # all three in one batch; two batches (2 + 1), traced
     out = tmp_path / f"out{batch_size}.json"
+    traces = [f"--trace_dir={tmp_path / 'trees'}"] if batch_size else []
     r = run_cli(f"--model_dir={text_target}", f"--drafter_dir={dirs[1]}", f"--prompt_file={prompts}", "--budget=6",
-                "--max_new_tokens=12", "--dtype=float32", f"--output_json={out}", f"--batch_size={batch_size}")
+                "--max_new_tokens=12", "--dtype=float32", f"--output_json={out}", f"--batch_size={batch_size}",
+                *traces)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert f"{prompts}:1: ignoring field(s) id" in r.stderr
+    assert r.stderr.count(f"{prompts}: ignoring field(s) id (read: prompt, stop, max_new_tokens)") == 1
     runs.append(json.loads(out.read_text())["results"])
     assert ("batch 2/2: prompts 2-2" in r.stderr) == (batch_size == 2), r.stderr[-1500:]
   got = runs[0]
   assert [len(g["token_ids"]) for g in got] == [5, 12, 12] and [g["prompt"] for g in got] == ["Q", "@", "~"]
   assert [g["token_ids"] for g in runs[1]] == [g["token_ids"] for g in got]     # greedy: batches change nothing
+  # one trace file per round of every prompt (the second batch's are not written over the first's)
+  rounds = sum(g["stats"]["rounds"] for g in runs[1])
+  assert f"trace: {rounds} round trees" in r.stderr and len(list((tmp_path / "trees").glob("*.json"))) == rounds
+  # every prompt is checked before the first batch runs, and named by its line
+  prompts.write_text('{"prompt": "Q"}\n{"prompt": "@"}\n{"prompt": "~", "max_new_tokens": 600}\n')
+  r = run_cli(f"--model_dir={text_target}", "--mode=ar", f"--prompt_file={prompts}", "--batch_size=1")
+  assert r.returncode != 0 and "batch 1/3" not in r.stderr, r.stderr[-1500:]
+  assert f"{prompts}:3: 1 prompt tokens + max_new_tokens 600 exceed the model's window" in r.stderr
   for line, message in (('{"prompt": "Q", "max_new_tokens": 0}', '"max_new_tokens" must be an integer >= 1, got 0'),
                         ('{"prompt": 5}', 'expected a JSON object with a "prompt" string'),
-                        ('["Q"]', 'expected a JSON object with a "prompt" string')):
+                        ('["Q"]', 'expected a JSON object with a "prompt" string'),
+                        ('{"prompt": "Q",}', "not valid JSON (Expecting property name enclosed in double quotes "
+                                             "at column 16)")):
     prompts.write_text('{"prompt": "Q"}\n' + line + "\n")
     # refused before any model is read (this directory does not exist)
     r = run_cli(f"--model_dir={tmp_path / 'absent'}", "--mode=ar", f"--prompt_file={prompts}")

@@ -113,9 +113,9 @@ def test_stop_strings_cut_at_the_token_that_completes_them(cfgs):
         assert [streamed[i] for i in range(BATCH)] == expect
         for r, full in zip(res, ar_full):
           assert r.stop_reason == ("stop_string" if stop in letters(full) else "max_new_tokens")
-          # rounds and tau count the rounds up to the kept tokens: the last one reaches them, the one before not
+          # rounds, accepted_per_round and tau count the rounds and tokens up to the kept tokens
           acc = r.accepted_per_round
-          assert r.rounds == len(acc) and 1 + sum(acc) >= len(r.token_ids) > 1 + sum(acc[:-1]) - (not acc)
+          assert r.rounds == len(acc) and 1 + sum(acc) == len(r.token_ids) and all(a >= 1 for a in acc)
       assert res[0].stop_reason == "stop_string"
   # A stopped request is marked done on the device: stopping every one after the prefill runs no round at all.
   res, state = oracle.run(prompts, mode="ddtree", budget=DDTREE_BUDGETS[-1], max_new_tokens=MAX_NEW,
@@ -272,7 +272,7 @@ def test_bad_arguments_are_refused(cfgs):
   with pytest.raises(ValueError, match=re.escape(f"stop_ids: (3, {v}) has an id outside the vocabulary [0, {v})")):
     dflash.generate([[3, 4]], mode="ar", stop_ids=[3, cfg.vocab_size])
   prompts = random_prompts(np.random.default_rng(0), cfg, BATCH)
-  for bad in (0, MAX_NEW + 1, True):
+  for bad in (0, MAX_NEW + 1, True, 1.0):
     with pytest.raises(ValueError, match=r"stop_when\(0, ids\) returned .*; expected None or a token count in "
                        r"\[1, 1\]"):
       dflash.generate(prompts, mode="ar", max_new_tokens=MAX_NEW, stop_when=lambda i, ids: bad)

@@ -90,6 +90,20 @@ def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, 
   return target, cfg, drafter, dcfg, tokenizer, label or model_dir
 
 
+def target_config_and_tokenizer(model_dir: Optional[str]):
+  """What load_models(model_dir, ...) will load, read before any weight is: (the target's config, its tokenizer or
+  None). model_dir None: the embedded default, or the random fallback's tiny config and byte tokenizer."""
+  from ddtree_jax.config import load_config
+  if model_dir is None:
+    if not os.path.exists(os.path.join(DEFAULT_TARGET_DIR, "config.json")):
+      from configs.tiny import tiny
+      return tiny(), ByteTokenizer()
+    model_dir = DEFAULT_TARGET_DIR
+  if not os.path.isdir(model_dir):
+    raise UsageError(f"--model_dir={model_dir}: no such directory")
+  return load_config(model_dir), load_tokenizer(model_dir)
+
+
 def load_tokenizer(model_dir: str):
   """The directory's tokenizer (tokenizer.json or tiktoken.model), or None."""
   from ddtree_jax.checkpoint.tokenizer import load_tokenizer as _load

@@ -53,19 +53,20 @@ flags.DEFINE_string("trace_dir", None, "save every round's draft tree (PNG) and 
 class Prompts:
   ids: list                        # [n] token-id lists (None until encode_prompts, for text prompts)
   texts: list                      # [n] prompt texts, None for --prompt_ids
+  names: list                      # [n] how errors name each prompt: "--prompt", "--prompt_ids" or "FILE:LINE"
   stops: list                      # [n] each prompt's own stop strings (--prompt_file "stop"), tuples
   max_new: list                    # [n] each prompt's own max_new_tokens (--prompt_file), None: --max_new_tokens
+  notes: list = dataclasses.field(default_factory=list)   # what to tell the user once (fields ignored)
+
+
+PROMPT_FILE_FIELDS = ("prompt", "stop", "max_new_tokens")
 
 
 def _prompt_file_line(record, where: str):
-  """(text, own stop strings, own max_new_tokens or None) of one --prompt_file record."""
+  """(text, own stop strings, own max_new_tokens or None, ignored field names) of one --prompt_file record."""
   from ddtree_jax.cli.common import UsageError
   if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
     raise UsageError(f"{where}: expected a JSON object with a \"prompt\" string")
-  unknown = sorted(set(record) - {"prompt", "stop", "max_new_tokens"})
-  if unknown:   # kept in the file for the user's own use (ids, references); said, in case one is a misspelling
-    print(f"ddtree-generate: {where}: ignoring field(s) {', '.join(unknown)} (read: prompt, stop, max_new_tokens)",
-          file=sys.stderr)
   try:
     stops = stop_strings.normalize(record.get("stop"), what=f"{where}: \"stop\"")
   except ValueError as e:
@@ -73,7 +74,7 @@ def _prompt_file_line(record, where: str):
   max_new = record.get("max_new_tokens")
   if max_new is not None and (isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 1):
     raise UsageError(f"{where}: \"max_new_tokens\" must be an integer >= 1, got {max_new!r}")
-  return record["prompt"], stops, max_new
+  return record["prompt"], stops, max_new, set(record) - set(PROMPT_FILE_FIELDS)
 
 
 def read_prompts() -> Prompts:
@@ -87,27 +88,34 @@ def read_prompts() -> Prompts:
       ids = [int(x) for x in FLAGS.prompt_ids.split(",") if x.strip()]
     except ValueError:
       raise UsageError(f"--prompt_ids={FLAGS.prompt_ids!r}: expected comma-separated integers") from None
-    return Prompts([ids], [None], [()], [None])
-  if FLAGS.prompt_file is not None:
-    if not os.path.exists(FLAGS.prompt_file):
-      raise UsageError(f"--prompt_file={FLAGS.prompt_file}: no such file")
-    lines = []
-    with open(FLAGS.prompt_file) as f:
-      for n, line in enumerate(f, 1):
-        if not line.strip():
-          continue
-        where = f"{FLAGS.prompt_file}:{n}"
-        try:
-          record = json.loads(line)
-        except json.JSONDecodeError:
-          raise UsageError(f"{where}: expected a JSON object with a \"prompt\" string") from None
-        lines.append(_prompt_file_line(record, where))
-    if not lines:
-      raise UsageError(f"--prompt_file={FLAGS.prompt_file}: no prompts in the file")
-    texts, stops, max_new = (list(c) for c in zip(*lines))
-  else:
-    texts, stops, max_new = [FLAGS.prompt if FLAGS.prompt is not None else "def fibonacci(n):\n"], [()], [None]
-  return Prompts([None] * len(texts), texts, stops, max_new)
+    return Prompts([ids], [None], ["--prompt_ids"], [()], [None])
+  if FLAGS.prompt_file is None:
+    text = FLAGS.prompt if FLAGS.prompt is not None else "def fibonacci(n):\n"
+    return Prompts([None], [text], ["--prompt"], [()], [None])
+  if not os.path.exists(FLAGS.prompt_file):
+    raise UsageError(f"--prompt_file={FLAGS.prompt_file}: no such file")
+  lines, names, ignored = [], [], set()
+  with open(FLAGS.prompt_file) as f:
+    for n, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      where = f"{FLAGS.prompt_file}:{n}"
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise UsageError(f"{where}: not valid JSON ({e.msg} at column {e.colno}); expected an object with a "
+                         "\"prompt\" string") from None
+      *parts, unknown = _prompt_file_line(record, where)
+      lines.append(parts)
+      names.append(where)
+      ignored |= unknown
+  if not lines:
+    raise UsageError(f"--prompt_file={FLAGS.prompt_file}: no prompts in the file")
+  texts, stops, max_new = (list(c) for c in zip(*lines))
+  # Other fields stay in the file for the user's own use (ids, references); named once, in case of a misspelling.
+  notes = [f"{FLAGS.prompt_file}: ignoring field(s) {', '.join(sorted(ignored))} "
+           f"(read: {', '.join(PROMPT_FILE_FIELDS)})"] if ignored else []
+  return Prompts([None] * len(texts), texts, names, stops, max_new, notes)
 
 
 def encode_prompts(prompts: Prompts, tokenizer) -> Prompts:
@@ -145,8 +153,9 @@ def stop_ids_for(cfg, extra):
 
 def main(argv):
   del argv
-  from ddtree_jax.cli.common import UsageError, load_models, parse_budget, parse_dtype, parse_prefill_chunk
-  from ddtree_jax.engine import Engine
+  from ddtree_jax.cli.common import (UsageError, load_models, parse_budget, parse_dtype, parse_prefill_chunk,
+                                     target_config_and_tokenizer)
+  from ddtree_jax.engine import Engine, check_requests
   from ddtree_jax.sampling import SamplingParams
   try:
     budget = parse_budget(FLAGS.budget)
@@ -155,33 +164,39 @@ def main(argv):
       raise UsageError(f"--max_new_tokens={FLAGS.max_new_tokens}: must be >= 1")
     if FLAGS.trace_dir and FLAGS.mode == "ar":
       raise UsageError("--trace_dir: mode ar has no draft tree (use --mode=dflash or --mode=ddtree)")
+    if FLAGS.logprobs and not FLAGS.output_json:
+      raise UsageError("--logprobs: the log-probabilities are written to --output_json; give it too")
     try:
       sampling = SamplingParams(FLAGS.temperature, FLAGS.top_p, FLAGS.top_k).validate()
     except ValueError as e:
       raise UsageError(f"--{str(e).split()[0]}: {e}") from None
     dtype = parse_dtype(FLAGS.dtype)
-    given_prompts = read_prompts()              # the prompts and stop options are checked before loading models
+    # Everything about the requests is checked before any weight is read (a K2.6 load takes minutes): the flags,
+    # the prompt file, then the prompts and stops against the target's config and tokenizer.
+    given_prompts = read_prompts()
     extra_stop_ids = parse_stop_ids()
     try:
       given = stop_strings.normalize(FLAGS.stop, what="--stop")
     except ValueError as e:
       raise UsageError(str(e)) from None
-    distributed.initialize()
-    mesh = distributed.mesh_from_flags()
-    target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
-                                                         want_drafter=FLAGS.mode != "ar", mesh=mesh)
+    cfg, tok = target_config_and_tokenizer(FLAGS.model_dir)
+    if tok is None and given:
+      raise UsageError("--stop needs the model's tokenizer (this model directory has none): use --stop_ids")
+    stop_ids = stop_ids_for(cfg, extra_stop_ids)
     given_prompts = encode_prompts(given_prompts, tok)
     prompts, texts = given_prompts.ids, given_prompts.texts
     max_new = [FLAGS.max_new_tokens if m is None else m for m in given_prompts.max_new]
-    stop_ids = stop_ids_for(cfg, extra_stop_ids)
-    if tok is None and given:
-      raise UsageError("--stop needs the model's tokenizer (this model directory has none): use --stop_ids")
+    check_requests(cfg, prompts, max_new, names=given_prompts.names)
     size = FLAGS.batch_size or len(prompts)
     batches = [list(range(a, min(a + size, len(prompts)))) for a in range(0, len(prompts), size)]
     # each batch's stop strings (StopStrings counts requests within its generate call)
     batch_stops = [None if tok is None else
                    stop_strings.StopStrings(tok.decode, [given + given_prompts.stops[i] for i in batch])
                    for batch in batches]
+    distributed.initialize()
+    mesh = distributed.mesh_from_flags()
+    target, cfg, drafter, dcfg, tok, label = load_models(FLAGS.model_dir, FLAGS.drafter_dir, dtype,
+                                                         want_drafter=FLAGS.mode != "ar", mesh=mesh)
     engine = Engine(target, cfg, drafter, dcfg, mesh=mesh, prefill_chunk=prefill_chunk, moe_layout=FLAGS.moe_layout)
   except (UsageError, ValueError) as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
@@ -189,39 +204,47 @@ def main(argv):
   from ddtree_jax import processes
   # Several processes (one per host) run the same generation; process 0 alone prints it and writes the files.
   primary = processes.is_primary()
-  print(f"model: {label}\nmode: {FLAGS.mode}" + (f" (budget {FLAGS.budget})" if FLAGS.mode == "ddtree" else "")
-        + f"\ndevices: {distributed.describe(mesh)}", file=sys.stderr)
+  say = (lambda text: print(text, file=sys.stderr, flush=True)) if primary else (lambda text: None)
+  for note in given_prompts.notes:
+    say(f"ddtree-generate: {note}")
+  say(f"model: {label}\nmode: {FLAGS.mode}" + (f" (budget {FLAGS.budget})" if FLAGS.mode == "ddtree" else "")
+      + f"\ndevices: {distributed.describe(mesh)}")
   from ddtree_jax.cli.text_stream import TextStream
   stream = printer = None
-  if FLAGS.stream and len(prompts) == 1 and tok is not None and primary:
+  if FLAGS.stream and len(prompts) == 1 and tok is not None:
+    # Every process streams (the engine's read of the tokens may be a collective), only process 0 writes.
     def write(text):
-      sys.stdout.write(text)
-      sys.stdout.flush()
+      if primary:
+        sys.stdout.write(text)
+        sys.stdout.flush()
     printer = TextStream(tok.decode, write, batch_stops[0])
     stream = lambda i, ids: printer.add(ids)   # noqa: E731
     if texts[0] is not None:
-      sys.stdout.write(texts[0])
+      write(texts[0])
   import contextlib
   from ddtree_jax.viz import trace as viz_trace
   results = []   # (the batch's StopStrings, index in the batch, GenerationResult) per prompt, in order
   try:
     with (viz_trace.tracing(engine) if FLAGS.trace_dir else contextlib.nullcontext([])) as traces:
       for k, (batch, stops) in enumerate(zip(batches, batch_stops)):
-        if len(batches) > 1 and primary:
-          print(f"batch {k + 1}/{len(batches)}: prompts {batch[0]}-{batch[-1]}", file=sys.stderr, flush=True)
+        if len(batches) > 1:
+          say(f"batch {k + 1}/{len(batches)}: prompts {batch[0]}-{batch[-1]}")
+        traced = len(traces)
         got = engine.generate([prompts[i] for i in batch], mode=FLAGS.mode, budget=budget, sampling=sampling,
                               max_new_tokens=[max_new[i] for i in batch], seed=(FLAGS.seed + k) % 2**32,
                               stream=stream, rounds_per_call=FLAGS.rounds_per_call, stop_ids=stop_ids,
                               stop_when=stops.tokens_to_keep if stops is not None and stops.any else None,
                               logprobs=FLAGS.logprobs)
+        for t in traces[traced:]:          # a trace's sequence: the prompt's index in the run, not in its batch
+          t.sequence += batch[0]
         results += [(stops, j, r) for j, r in enumerate(got)]
   except ValueError as e:
     print(f"ddtree-generate: error: {e}", file=sys.stderr)
     return 2
   auto = getattr(engine, "last_auto", None) if budget == "auto" and FLAGS.mode == "ddtree" else None
-  if auto is not None and primary:
-    print(f"auto budget: rounds per budget {auto['rounds_per_budget']}, last choice {auto['chosen']}"
-          + (" (last batch)" if len(batches) > 1 else ""), file=sys.stderr)
+  if auto is not None:
+    say(f"auto budget: rounds per budget {auto['rounds_per_budget']}, last choice {auto['chosen']}"
+        + (" (last batch)" if len(batches) > 1 else ""))
   records = []
   for i, (stops, j, r) in enumerate(results):
     rec = {"prompt": texts[i], "prompt_ids": prompts[i], "token_ids": r.token_ids, "stats": r.stats()}
@@ -237,11 +260,11 @@ def main(argv):
     else:
       print(rec.get("text", r.token_ids))
     s = r.stats()
-    print(f"\n[{i}] {len(r.token_ids)} tokens in {s['rounds']} rounds, tau {s['tau']:.2f} tokens/round, "
-          f"{s['tokens_per_s']:.1f} tokens/s ({s['stop_reason']})", file=sys.stderr)
+    say(f"\n[{i}] {len(r.token_ids)} tokens in {s['rounds']} rounds, tau {s['tau']:.2f} tokens/round, "
+        f"{s['tokens_per_s']:.1f} tokens/s ({s['stop_reason']})")
   if FLAGS.trace_dir and primary:
     viz_trace.save_traces(traces, FLAGS.trace_dir, tok)
-    print(f"trace: {len(traces)} round trees (PNG + JSON) in {FLAGS.trace_dir}", file=sys.stderr)
+    say(f"trace: {len(traces)} round trees (PNG + JSON) in {FLAGS.trace_dir}")
   if FLAGS.output_json and primary:
     tmp = FLAGS.output_json + ".tmp"
     with open(tmp, "w") as f:

@@ -4,7 +4,8 @@ Tokens arrive a call at a time, and a call's tokens can end inside a character (
 UTF-8 characters over tokens) or inside what may become a stop string. So the stream decodes the request's
 tokens so far and prints only what can no longer change: it holds back a trailing incomplete character (which the
 decoders show as U+FFFD) and any end of the text that begins a stop string; `finish` prints the rest of the final
-text. Each update decodes the whole request (O(tokens) per call), which is small next to a call of rounds.
+text. Each update decodes the whole request: with the embedded model's HF tokenizer ~0.9 ms at 10K tokens, ~7 ms at
+80K (measured on the CPU container), so it shows next to the host's ~1.5 ms per call only for very long outputs.
 """
 from __future__ import annotations
 

@@ -71,14 +71,17 @@ class GenerationResult:
   rounds: int
   accepted_per_round: list[int]   # tokens emitted by each round (the bonus included)
   tau: float                      # mean tokens per round
-  tokens_per_s: float
+  tokens_per_s: float             # tokens / the batch's generation time (prefill + rounds; compilation excluded)
   stop_reason: str                # "stop_token" | "stop_string" | "max_new_tokens"
   text: Optional[str] = None
   logprobs: Optional[list[float]] = None   # the target's log-probability of each token (run(logprobs=True))
+  prefill_s: float = 0.0          # the batch's prefill: time to its first tokens
+  decode_tokens_per_s: float = 0.0   # the tokens after the first / the time after the prefill
 
   def stats(self) -> dict:
     return {"rounds": self.rounds, "accepted_per_round": self.accepted_per_round, "tau": self.tau,
-            "tokens_per_s": self.tokens_per_s, "prompt_tokens": self.prompt_tokens,
+            "tokens_per_s": self.tokens_per_s, "prefill_s": self.prefill_s,
+            "decode_tokens_per_s": self.decode_tokens_per_s, "prompt_tokens": self.prompt_tokens,
             "generated_tokens": len(self.token_ids), "stop_reason": self.stop_reason}
 
 
@@ -405,17 +408,20 @@ class Engine:
     state = finish(self._t_params, self._d_params, state, prompt_len)
     progress = _HostProgress.start(b)
     state = self._after_call(state, progress, stream, stop_when)
-    while not _host(state.done).all():
+    all_done = _host(state.done).all()
+    prefill_s = time.perf_counter() - t0           # the read of `done` waited for the prefill: no extra sync
+    while not all_done:
       if auto is not None:
         step = steps[auto.pick(state)]
       state = step(self._t_params, self._d_params, state)
       state = self._after_call(state, progress, stream, stop_when)
+      all_done = _host(state.done).all()
     jax.block_until_ready(state.out)
     elapsed = time.perf_counter() - t0
     if auto is not None:
       auto.finish()
       self.last_auto = auto.summary()
-    return self._results(state, prompts, elapsed, stops, progress.kept), state
+    return self._results(state, prompts, elapsed, prefill_s, stops, progress.kept), state
 
   def _after_call(self, state, progress: _HostProgress, stream, stop_when):
     """After the prefill or a call of rounds: asks stop_when about the requests with new tokens (marking those it
@@ -454,7 +460,7 @@ class Engine:
     return dataclasses.replace(state, done=fn(done, self._place(newly)))
 
   @staticmethod
-  def _results(state, prompts, elapsed, stops, kept):
+  def _results(state, prompts, elapsed, prefill_s, stops, kept):
     out, out_len = _host(state.out), _host(state.out_len)
     rounds, per_round = _host(state.rounds), _host(state.per_round)
     logprobs = None if state.logprobs is None else _host(state.logprobs)
@@ -477,5 +483,8 @@ class Engine:
                                       accepted_per_round=acc, tau=tau,
                                       tokens_per_s=len(ids) / elapsed if elapsed > 0 else 0.0,
                                       stop_reason=reason,
-                                      logprobs=None if logprobs is None else logprobs[i, :len(ids)].tolist()))
+                                      logprobs=None if logprobs is None else logprobs[i, :len(ids)].tolist(),
+                                      prefill_s=prefill_s,
+                                      decode_tokens_per_s=(len(ids) - 1) / (elapsed - prefill_s)
+                                      if elapsed > prefill_s else 0.0))
     return results

@@ -297,6 +297,10 @@ def test_streaming_callback_delivers_every_token_in_order(cfgs):
                         stream=lambda i, ids: (got[i].extend(ids), calls.append(len(ids))))
   assert [got[i] for i in range(BATCH)] == [r.token_ids for r in res]
   assert max(calls) > 1      # tokens arrive a round (several tokens) at a time
+  for r in res:              # the prefill and the rounds after it make up the generation time
+    n = len(r.token_ids)
+    assert 0 < r.prefill_s and r.decode_tokens_per_s > 0
+    assert r.prefill_s + (n - 1) / r.decode_tokens_per_s == pytest.approx(n / r.tokens_per_s, rel=1e-9)
 
 
 # ---- chunked prefill (spec/prefill.py) --------------------------------------------------------------

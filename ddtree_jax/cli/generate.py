@@ -261,7 +261,8 @@ def main(argv):
       print(rec.get("text", r.token_ids))
     s = r.stats()
     say(f"\n[{i}] {len(r.token_ids)} tokens in {s['rounds']} rounds, tau {s['tau']:.2f} tokens/round, "
-        f"{s['tokens_per_s']:.1f} tokens/s ({s['stop_reason']})")
+        f"{s['tokens_per_s']:.1f} tokens/s (prefill {s['prefill_s'] * 1e3:.0f} ms, then "
+        f"{s['decode_tokens_per_s']:.1f} tokens/s; {s['stop_reason']})")
   if FLAGS.trace_dir and primary:
     viz_trace.save_traces(traces, FLAGS.trace_dir, tok)
     say(f"trace: {len(traces)} round trees (PNG + JSON) in {FLAGS.trace_dir}")

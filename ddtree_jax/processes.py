@@ -26,3 +26,19 @@ def barrier(name: str) -> None:
     return
   from jax.experimental import multihost_utils
   multihost_utils.sync_global_devices(name)
+
+
+def text_from_process_0(text):
+  """Process 0's `text` (a str, or None) on every process, e.g. a line only process 0 read from its stdin
+  (a collective when there are several: every process calls it; the others' argument is ignored)."""
+  if jax.process_count() == 1:
+    return text
+  from jax.experimental import multihost_utils
+  data = text.encode("utf-8") if (is_primary() and text is not None) else b""
+  length = from_process_0(-1 if (is_primary() and text is None) else len(data))
+  if length < 0:
+    return None
+  buf = np.zeros(length, np.uint8)
+  if is_primary():
+    buf[:] = np.frombuffer(data, np.uint8)
+  return bytes(np.asarray(multihost_utils.broadcast_one_to_all(buf))).decode("utf-8") if length else ""

@@ -1,0 +1,44 @@
+"""ddtree-generate --interactive's turns (ddtree_jax/cli/conversation.py): commands, prompts without and with the
+chat history."""
+import pytest
+
+from ddtree_jax.checkpoint.tokenizer import chat_prompt
+from ddtree_jax.cli.conversation import Conversation
+
+
+class Recorder:
+  """A tokenizer that returns what it was asked to encode (ids are not the point here)."""
+
+  def encode(self, text):
+    return ["text", text]
+
+  def encode_chat(self, messages):
+    return ["chat", chat_prompt([dict(m) for m in messages])]
+
+
+def test_plain_prompts_are_independent():
+  c = Conversation(chat=False)
+  assert c.prompt_ids("def f(x):", Recorder()) == ["text", "def f(x):"]
+  c.record("def f(x):", "  return x")
+  assert c.prompt_ids("class A:", Recorder()) == ["text", "class A:"] and c.messages == []
+
+
+def test_chat_prompts_carry_the_conversation_until_reset():
+  c = Conversation(chat=True)
+  first = c.prompt_ids("hi", Recorder())
+  assert first == ["chat", chat_prompt([{"role": "user", "content": "hi"}])]
+  assert c.prompt_ids("hi", Recorder()) == first          # asking again records nothing
+  c.record("hi", "hello")
+  second = c.prompt_ids("and?", Recorder())[1]
+  assert second == chat_prompt([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                                {"role": "user", "content": "and?"}])
+  assert second.startswith(first[1][:-len("<|im_assistant|>assistant<|im_middle|>")])   # the first turn, then more
+  assert c.command("/reset") == "/reset" and c.messages == []
+  assert c.prompt_ids("hi", Recorder()) == first
+
+
+def test_commands():
+  c = Conversation(chat=True)
+  assert c.command("hello /reset") is None and c.command("  /exit ") == "/exit"
+  with pytest.raises(ValueError, match=r"unknown command '/quit' \(commands: /reset, /exit\)"):
+    c.command("/quit")

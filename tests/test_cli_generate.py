@@ -24,10 +24,10 @@ def dirs(tmp_path_factory):
   return target, drafter, bad
 
 
-def run_cli(*args):
+def run_cli(*args, stdin=None):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
   return subprocess.run([sys.executable, "-m", "ddtree_jax.cli.generate", *args], capture_output=True, text=True,
-                        env=env, cwd=ROOT, timeout=600)
+                        env=env, cwd=ROOT, timeout=600, input=stdin)
 
 
 def test_generate_json_all_modes_agree(dirs, tmp_path):
@@ -67,6 +67,7 @@ def test_generate_json_all_modes_agree(dirs, tmp_path):
     ("--stop_ids=1,x", "--stop_ids='1,x'"),
     ("--batch_size=-1", "--batch_size"),
     ("--logprobs", "--logprobs: the log-probabilities are written to --output_json"),
+    ("--interactive", "--interactive reads its prompts from stdin and prints the replies: drop --prompt_ids"),
 ])
 def test_bad_flags_exit_nonzero_with_message(dirs, flag, message):
   target, drafter, _ = dirs
@@ -151,6 +152,17 @@ def test_prompt_file_options_per_prompt(dirs, text_target, tmp_path):
   got = runs[0]
   assert [len(g["token_ids"]) for g in got] == [5, 12, 12] and [g["prompt"] for g in got] == ["Q", "@", "~"]
   assert [g["token_ids"] for g in runs[1]] == [g["token_ids"] for g in got]     # greedy: batches change nothing
+  # --interactive: the same replies a line at a time (greedy: the first 5 tokens of the 12 above for "@"); a
+  # command it does not know and a turn the model cannot take ("ab" is token 404, outside the tiny vocabulary) are
+  # refused with their reason and the session goes on
+  from ddtree_jax.checkpoint.tokenizer import load_tokenizer
+  decode = load_tokenizer(text_target).decode
+  chat = run_cli(f"--model_dir={text_target}", f"--drafter_dir={dirs[1]}", "--interactive", "--budget=6",
+                 "--max_new_tokens=5", "--dtype=float32", stdin="Q\n/bogus\nab\n/reset\n@\n")
+  assert chat.returncode == 0, chat.stderr[-2000:]
+  assert chat.stdout == decode(got[0]["token_ids"]) + "\n" + decode(got[1]["token_ids"][:5]) + "\n", chat.stdout
+  assert "unknown command '/bogus'" in chat.stderr
+  assert "this turn's prompt: token id 404 is outside the vocabulary [0, 256)" in chat.stderr
   # one trace file per round of every prompt (the second batch's are not written over the first's)
   rounds = sum(g["stats"]["rounds"] for g in runs[1])
   assert f"trace: {rounds} round trees" in r.stderr and len(list((tmp_path / "trees").glob("*.json"))) == rounds

@@ -42,3 +42,11 @@ def test_commands():
   assert c.command("hello /reset") is None and c.command("  /exit ") == "/exit"
   with pytest.raises(ValueError, match=r"unknown command '/quit' \(commands: /reset, /exit\)"):
     c.command("/quit")
+
+
+def test_the_random_fallbacks_byte_tokenizer_takes_a_conversation():
+  from ddtree_jax.cli.common import ByteTokenizer
+  tok = ByteTokenizer()
+  messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+  assert tok.decode(tok.encode_chat(messages)) == "user: hi\nassistant: yo\nassistant: "
+  assert tok.encode_chat("hi") == tok.encode("hi")

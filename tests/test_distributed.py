@@ -32,16 +32,18 @@ def _cmd(out, *flag_args):
   return [sys.executable, os.path.abspath(__file__), str(out), *flag_args]
 
 
-def _run_pair(cmd, timeout=900):
-  """Runs cmd(i) + the jax.distributed flags as processes i = 0, 1 (4 CPU devices each); -> their (stdout, stderr)."""
+def _run_pair(cmd, timeout=900, stdin_0=None):
+  """Runs cmd(i) + the jax.distributed flags as processes i = 0, 1 (4 CPU devices each), process 0 reading stdin_0;
+  -> their (stdout, stderr)."""
   port = _free_port()
   procs = [subprocess.Popen([*cmd(i), f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"],
-                            env=_env(4), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            env=_env(4), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            stdin=subprocess.PIPE if i == 0 and stdin_0 is not None else subprocess.DEVNULL)
            for i in range(2)]
   outs = []
-  for p in procs:
+  for i, p in enumerate(procs):
     try:
-      outs.append(p.communicate(timeout=timeout))
+      outs.append(p.communicate(input=stdin_0 if i == 0 else None, timeout=timeout))
     except subprocess.TimeoutExpired:
       for q in procs:
         q.kill()
@@ -103,6 +105,11 @@ def test_two_processes_generate_cli(tmp_path):
   outs = _run_pair(lambda i: args + [f"--output_json={tmp_path / 'stop.json'}", f"--stop={stop}"])
   cut = json.loads((tmp_path / "stop.json").read_text())["results"][0]
   assert cut["text"] == text[:text.index(stop)] and cut["stats"]["stop_reason"] == "stop_string"
+  # --interactive: process 0 reads the lines and hands them to process 1 (a hang here would mean it did not)
+  interactive = [a for a in args if not a.startswith(("--prompt_ids", "--logprobs"))] + ["--interactive"]
+  outs = _run_pair(lambda i: interactive, timeout=300, stdin_0="Q\n/reset\n@\n")
+  assert outs[0][1].count("[10 tokens in") == 2 and "conversation forgotten" in outs[0][1], outs[0][1][-2000:]
+  assert "tokens in" not in outs[1][1] and re.sub(gloo, "", outs[1][0]).strip() == "", outs[1]
 
 
 def test_two_processes_convert(tmp_path):

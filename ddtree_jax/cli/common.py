@@ -135,7 +135,11 @@ class ByteTokenizer:
   def encode(self, text: str) -> list[int]:
     return list(text.encode("utf-8"))
 
-  encode_chat = encode
+  def encode_chat(self, messages) -> list[int]:
+    """A text, or {"role", "content"} messages as "role: content" lines (this tokenizer has no chat tokens)."""
+    if isinstance(messages, str):
+      return self.encode(messages)
+    return self.encode("".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: ")
 
   def decode(self, ids) -> str:
     return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")

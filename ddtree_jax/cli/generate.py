@@ -45,6 +45,9 @@ flags.DEFINE_string("dtype", "bfloat16", "parameter and cache dtype: bfloat16 or
 flags.DEFINE_string("output_json", None, "write results here")
 flags.DEFINE_boolean("chat", False, "wrap text prompts in the model's chat turn format (Kimi tokenizers)")
 flags.DEFINE_boolean("stream", True, "print text as it is generated (single prompt)")
+flags.DEFINE_boolean("interactive", False, "keep the models loaded and read prompts from stdin, one line a turn "
+                     "(--chat: a conversation, each turn's prompt holds the earlier turns); /reset forgets the "
+                     "conversation, /exit or the end of input stops")
 flags.DEFINE_string("trace_dir", None, "save every round's draft tree (PNG) and accepted path (JSON) here "
                     "(dflash/ddtree; slower, same tokens)")
 
@@ -82,7 +85,8 @@ def read_prompts() -> Prompts:
   from ddtree_jax.cli.common import UsageError
   given = [f for f in ("prompt", "prompt_file", "prompt_ids") if getattr(FLAGS, f) is not None]
   if len(given) > 1:
-    raise UsageError(f"give only one of --prompt, --prompt_file, --prompt_ids (got {', '.join('--' + g for g in given)})")
+    raise UsageError("give only one of --prompt, --prompt_file, --prompt_ids (got "
+                     f"{', '.join('--' + g for g in given)})")
   if FLAGS.prompt_ids is not None:
     try:
       ids = [int(x) for x in FLAGS.prompt_ids.split(",") if x.strip()]
@@ -171,9 +175,14 @@ def main(argv):
     except ValueError as e:
       raise UsageError(f"--{str(e).split()[0]}: {e}") from None
     dtype = parse_dtype(FLAGS.dtype)
+    if FLAGS.interactive:
+      clash = [f"--{f}" for f in ("prompt", "prompt_file", "prompt_ids", "output_json", "trace_dir", "batch_size",
+                                  "logprobs") if getattr(FLAGS, f) not in (None, False, 0)]
+      if clash:
+        raise UsageError(f"--interactive reads its prompts from stdin and prints the replies: drop {', '.join(clash)}")
     # Everything about the requests is checked before any weight is read (a K2.6 load takes minutes): the flags,
     # the prompt file, then the prompts and stops against the target's config and tokenizer.
-    given_prompts = read_prompts()
+    given_prompts = Prompts([], [], [], [], []) if FLAGS.interactive else read_prompts()   # (stdin: read later)
     extra_stop_ids = parse_stop_ids()
     try:
       given = stop_strings.normalize(FLAGS.stop, what="--stop")
@@ -183,11 +192,14 @@ def main(argv):
     if tok is None and given:
       raise UsageError("--stop needs the model's tokenizer (this model directory has none): use --stop_ids")
     stop_ids = stop_ids_for(cfg, extra_stop_ids)
+    if FLAGS.interactive and tok is None:
+      raise UsageError("--interactive needs the model's tokenizer (this model directory has none)")
     given_prompts = encode_prompts(given_prompts, tok)
     prompts, texts = given_prompts.ids, given_prompts.texts
     max_new = [FLAGS.max_new_tokens if m is None else m for m in given_prompts.max_new]
-    check_requests(cfg, prompts, max_new, names=given_prompts.names)
-    size = FLAGS.batch_size or len(prompts)
+    if not FLAGS.interactive:
+      check_requests(cfg, prompts, max_new, names=given_prompts.names)
+    size = FLAGS.batch_size or len(prompts) or 1
     batches = [list(range(a, min(a + size, len(prompts)))) for a in range(0, len(prompts), size)]
     # each batch's stop strings (StopStrings counts requests within its generate call)
     batch_stops = [None if tok is None else
@@ -209,6 +221,8 @@ def main(argv):
     say(f"ddtree-generate: {note}")
   say(f"model: {label}\nmode: {FLAGS.mode}" + (f" (budget {FLAGS.budget})" if FLAGS.mode == "ddtree" else "")
       + f"\ndevices: {distributed.describe(mesh)}")
+  if FLAGS.interactive:
+    return interactive(engine, cfg, tok, budget, sampling, stop_ids, given, primary, say)
   from ddtree_jax.cli.text_stream import TextStream
   stream = printer = None
   if FLAGS.stream and len(prompts) == 1 and tok is not None:
@@ -272,6 +286,69 @@ def main(argv):
       json.dump({"model": label, "mode": FLAGS.mode, "budget": budget, "results": records,
                  **({"auto_budget": auto} if auto is not None else {})}, f, indent=1)
     os.replace(tmp, FLAGS.output_json)
+  return 0
+
+
+def interactive(engine, cfg, tok, budget, sampling, stop_ids, stops, primary, say) -> int:
+  """--interactive: turns read by process 0 from stdin (and handed to the other processes), each streamed on
+  process 0's stdout. A turn that cannot run (too long for the model's window, ...) is refused with its reason and
+  the session goes on."""
+  from ddtree_jax import processes
+  from ddtree_jax.cli.conversation import Conversation
+  from ddtree_jax.cli.text_stream import TextStream
+  from ddtree_jax.engine import check_requests
+
+  def write(text):
+    if primary:
+      sys.stdout.write(text)
+      sys.stdout.flush()
+  conversation = Conversation(FLAGS.chat)
+  say("interactive: one prompt a line" + (" (a conversation)" if FLAGS.chat else "")
+      + "; /reset forgets the conversation, /exit or the end of input stops")
+  turn = 0
+  while True:
+    line = None
+    if primary:
+      sys.stderr.write("> ")
+      sys.stderr.flush()
+      raw = sys.stdin.readline()
+      line = None if raw == "" else raw.rstrip("\n")
+    line = processes.text_from_process_0(line)
+    if line is None:
+      break
+    try:
+      command = conversation.command(line)
+    except ValueError as e:
+      say(f"ddtree-generate: {e}")
+      continue
+    if command == "/exit":
+      break
+    if command == "/reset":
+      say("(conversation forgotten)")
+      continue
+    if not line.strip():
+      continue
+    ids = conversation.prompt_ids(line, tok)
+    stop = stop_strings.StopStrings(tok.decode, [stops])
+    printer = TextStream(tok.decode, write, stop)
+    try:
+      check_requests(cfg, [ids], FLAGS.max_new_tokens, names=["this turn's prompt"])
+      r = engine.generate([ids], mode=FLAGS.mode, budget=budget, sampling=sampling,
+                          max_new_tokens=FLAGS.max_new_tokens, seed=(FLAGS.seed + turn) % 2**32,
+                          stream=lambda i, new: printer.add(new), rounds_per_call=FLAGS.rounds_per_call,
+                          stop_ids=stop_ids, stop_when=stop.tokens_to_keep if stop.any else None)[0]
+    except ValueError as e:
+      say(f"ddtree-generate: {e}" + (" (/reset starts a new conversation)" if FLAGS.chat else ""))
+      continue
+    printer.finish(stop.cut(0, tok.decode(r.token_ids)))
+    write("\n")
+    # The reply as the conversation keeps it: without the end token that closed it (the chat format adds its own).
+    closed = r.stop_reason == "stop_token"
+    conversation.record(line, stop.cut(0, tok.decode(r.token_ids[:-1] if closed else r.token_ids)))
+    s = r.stats()
+    say(f"[{len(r.token_ids)} tokens in {s['rounds']} rounds, tau {s['tau']:.2f}, {s['tokens_per_s']:.1f} tokens/s; "
+        f"{s['stop_reason']}]")
+    turn += 1
   return 0
 
 

@@ -48,7 +48,7 @@ def test_generate_json_all_modes_agree(dirs, tmp_path):
     assert outs[mode]["logprobs"] == pytest.approx(outs["ar"]["logprobs"], abs=1e-5)
 
 
-@pytest.mark.parametrize("flag, message", [
+BAD_FLAGS = [
     ("--budget=0", "--budget=0: must be >= 1"),
     ("--temperature=-0.5", "temperature must be >= 0"),
     ("--top_p=1.5", "top_p must be in (0, 1]"),
@@ -68,27 +68,24 @@ def test_generate_json_all_modes_agree(dirs, tmp_path):
     ("--batch_size=-1", "--batch_size"),
     ("--logprobs", "--logprobs: the log-probabilities are written to --output_json"),
     ("--interactive", "--interactive reads its prompts from stdin and prints the replies: drop --prompt_ids"),
-])
-def test_bad_flags_exit_nonzero_with_message(dirs, flag, message):
-  target, drafter, _ = dirs
-  r = run_cli(f"--model_dir={target}", f"--drafter_dir={drafter}", "--prompt_ids=1,2", *flag.split(" "))
-  assert r.returncode != 0
-  assert message in r.stderr, r.stderr[-1500:]
+]
 
 
-def test_drafter_that_does_not_fit_is_refused(dirs):
-  target, _, bad = dirs
-  r = run_cli(f"--model_dir={target}", f"--drafter_dir={bad}", "--prompt_ids=1,2", "--mode=ddtree")
-  assert r.returncode != 0
-  assert "vocab_size" in r.stderr and "does not match" in r.stderr, r.stderr[-1500:]
+def test_bad_flags_exit_nonzero_with_message(refusals):
+  """Each refused with a message naming the flag or value (base: the tiny target and drafter, --prompt_ids=1,2)."""
+  wrong = {flag: refusals[flag]["stderr"][-500:] for flag, message in BAD_FLAGS
+           if refusals[flag]["rc"] == 0 or message not in refusals[flag]["stderr"]}
+  assert not wrong, wrong
 
 
-def test_missing_dirs_and_tokenizerless_text_prompt(dirs, tmp_path):
-  target, drafter, _ = dirs
-  r = run_cli(f"--model_dir={tmp_path / 'nope'}", "--prompt_ids=1")
-  assert r.returncode != 0 and "no such directory" in r.stderr
-  r = run_cli(f"--model_dir={target}", "--mode=ar", "--prompt=hello")
-  assert r.returncode != 0 and "no tokenizer" in r.stderr
+def test_drafter_that_does_not_fit_is_refused(refusals):
+  r = refusals["drafter vocabulary"]
+  assert r["rc"] != 0 and "vocab_size" in r["stderr"] and "does not match" in r["stderr"], r["stderr"][-1500:]
+
+
+def test_missing_dirs_and_tokenizerless_text_prompt(refusals):
+  assert refusals["missing dir"]["rc"] != 0 and "no such directory" in refusals["missing dir"]["stderr"]
+  assert refusals["no tokenizer"]["rc"] != 0 and "no tokenizer" in refusals["no tokenizer"]["stderr"]
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +96,79 @@ def text_target(dirs, tmp_path_factory):
   shutil.copytree(dirs[0], target)
   shutil.copy(os.path.join(ROOT, "checkpoints", "default", "target", "tokenizer.json"), target)
   return target
+
+
+# Refusals: every case runs in one process (refusals_driver below), not one process each (~3 s of start-up each).
+# The JSONL cases run with a model directory that does not exist: they are refused before any model is read.
+JSONL_REFUSALS = {
+    "jsonl stop": ('{"prompt": "a"}\n{"prompt": "b", "stop": 5}\n',
+                   '2: "stop": expected a string or a list of strings'),
+    "jsonl max_new": ('{"prompt": "Q"}\n{"prompt": "Q", "max_new_tokens": 0}\n',
+                      '2: "max_new_tokens" must be an integer >= 1, got 0'),
+    "jsonl not an object": ('{"prompt": "Q"}\n["Q"]\n', '2: expected a JSON object with a "prompt" string'),
+    "jsonl syntax": ('{"prompt": "Q"}\n{"prompt": "Q",}\n',
+                     "2: not valid JSON (Expecting property name enclosed in double quotes at column 16)"),
+}
+
+
+@pytest.fixture(scope="module")
+def refusals(dirs, text_target, tmp_path_factory):
+  """{case: {"rc", "stderr"}} of ddtree-generate's main() on each refused command line."""
+  target, drafter, bad = dirs
+  base = tmp_path_factory.mktemp("refusals")
+  cases = {flag: [f"--model_dir={target}", f"--drafter_dir={drafter}", "--prompt_ids=1,2", *flag.split(" ")]
+           for flag, _ in BAD_FLAGS}
+  cases["drafter vocabulary"] = [f"--model_dir={target}", f"--drafter_dir={bad}", "--prompt_ids=1,2", "--mode=ddtree"]
+  cases["missing dir"] = [f"--model_dir={base / 'nope'}", "--prompt_ids=1"]
+  cases["no tokenizer"] = [f"--model_dir={target}", "--mode=ar", "--prompt=hello"]
+  for name, (text, _) in JSONL_REFUSALS.items():
+    path = base / (name.replace(" ", "_") + ".jsonl")
+    path.write_text(text)
+    cases[name] = [f"--model_dir={base / 'absent'}", "--mode=ar", f"--prompt_file={path}"]
+  # checked against the model's window before the first batch runs, named by its line
+  window = base / "window.jsonl"
+  window.write_text('{"prompt": "Q"}\n{"prompt": "@"}\n{"prompt": "~", "max_new_tokens": 600}\n')
+  cases["jsonl window"] = [f"--model_dir={text_target}", "--mode=ar", f"--prompt_file={window}", "--batch_size=1"]
+  (base / "cases.json").write_text(json.dumps(cases))
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+  r = subprocess.run([sys.executable, __file__, str(base / "cases.json")], capture_output=True, text=True, env=env,
+                     cwd=ROOT, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  results = json.loads([l for l in r.stdout.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):])
+  results["jsonl paths"] = {name: str(base / (name.replace(" ", "_") + ".jsonl")) for name in JSONL_REFUSALS}
+  results["window path"] = str(window)
+  return results
+
+
+def test_prompt_file_refusals_name_the_line(refusals):
+  for name, (_, message) in JSONL_REFUSALS.items():
+    r = refusals[name]
+    assert r["rc"] != 0 and f"{refusals['jsonl paths'][name]}:{message}" in r["stderr"], (name, r["stderr"][-1500:])
+  r = refusals["jsonl window"]
+  assert r["rc"] != 0 and "batch 1/3" not in r["stderr"], r["stderr"][-1500:]
+  assert f"{refusals['window path']}:3: 1 prompt tokens + max_new_tokens 600 exceed the model's window" in r["stderr"]
+
+
+def refusals_driver(cases_path):
+  """Runs main() on each case's flags in this one process: {case: {"rc", "stderr"}} as a RESULT line. A flag value
+  absl itself refuses counts as rc 1 with absl's message (app.run exits non-zero with it)."""
+  import contextlib
+  import io
+  from absl import flags
+  from ddtree_jax.cli import generate
+  out = {}
+  for name, argv in json.loads(open(cases_path).read()).items():
+    err = io.StringIO()
+    generate.FLAGS.unparse_flags()
+    with contextlib.redirect_stderr(err):
+      try:
+        generate.FLAGS(["ddtree-generate", *argv])
+        rc = generate.main(None)
+      except flags.Error as e:
+        rc = 1
+        print(f"FATAL Flags parsing error: {e}", file=sys.stderr)
+    out[name] = {"rc": rc, "stderr": err.getvalue()}
+  print("RESULT " + json.dumps(out))
 
 
 def test_stop_strings_and_stop_ids(dirs, text_target, tmp_path):
@@ -123,11 +193,6 @@ def test_stop_strings_and_stop_ids(dirs, text_target, tmp_path):
   got, stdout = generate(f"--stop={stop}")
   assert got["token_ids"] == ids[:kept] and got["stats"]["stop_reason"] == "stop_string"
   assert got["text"] == stdout == text[:text.index(stop)]
-  # A JSONL prompt's own "stop" is refused by file and line when it is not strings.
-  bad = tmp_path / "p.jsonl"
-  bad.write_text('{"prompt": "a"}\n{"prompt": "b", "stop": 5}\n')
-  r = run_cli(f"--model_dir={tmp_path / 'absent'}", "--mode=ar", f"--prompt_file={bad}")
-  assert r.returncode != 0 and f'{bad}:2: "stop": expected a string or a list of strings' in r.stderr, r.stderr
   # --stop_ids: the first occurrence of the token ends the request, the token kept.
   stop_id = ids[len(ids) // 2]
   got, _ = generate(f"--stop_ids={stop_id}", "--nostream")
@@ -166,16 +231,7 @@ def test_prompt_file_options_per_prompt(dirs, text_target, tmp_path):
   # one trace file per round of every prompt (the second batch's are not written over the first's)
   rounds = sum(g["stats"]["rounds"] for g in runs[1])
   assert f"trace: {rounds} round trees" in r.stderr and len(list((tmp_path / "trees").glob("*.json"))) == rounds
-  # every prompt is checked before the first batch runs, and named by its line
-  prompts.write_text('{"prompt": "Q"}\n{"prompt": "@"}\n{"prompt": "~", "max_new_tokens": 600}\n')
-  r = run_cli(f"--model_dir={text_target}", "--mode=ar", f"--prompt_file={prompts}", "--batch_size=1")
-  assert r.returncode != 0 and "batch 1/3" not in r.stderr, r.stderr[-1500:]
-  assert f"{prompts}:3: 1 prompt tokens + max_new_tokens 600 exceed the model's window" in r.stderr
-  for line, message in (('{"prompt": "Q", "max_new_tokens": 0}', '"max_new_tokens" must be an integer >= 1, got 0'),
-                        ('["Q"]', 'expected a JSON object with a "prompt" string'),
-                        ('{"prompt": "Q",}', "not valid JSON (Expecting property name enclosed in double quotes "
-                                             "at column 16)")):
-    prompts.write_text('{"prompt": "Q"}\n' + line + "\n")
-    # refused before any model is read (this directory does not exist)
-    r = run_cli(f"--model_dir={tmp_path / 'absent'}", "--mode=ar", f"--prompt_file={prompts}")
-    assert r.returncode != 0 and f"{prompts}:2: {message}" in r.stderr, r.stderr[-1500:]
+
+
+if __name__ == "__main__":
+  refusals_driver(sys.argv[1])

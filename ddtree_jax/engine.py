@@ -406,10 +406,12 @@ class Engine:
     for chunk_tokens, start in chunks:
       state = prefill(self._t_params, self._d_params, state, chunk_tokens, start, prompt_len)
     state = finish(self._t_params, self._d_params, state, prompt_len)
+    # The host's next step (a read of the tokens or of `done`) waits for the prefill anyway: no extra sync.
+    jax.block_until_ready(state.done)
+    prefill_s = time.perf_counter() - t0
     progress = _HostProgress.start(b)
     state = self._after_call(state, progress, stream, stop_when)
     all_done = _host(state.done).all()
-    prefill_s = time.perf_counter() - t0           # the read of `done` waited for the prefill: no extra sync
     while not all_done:
       if auto is not None:
         step = steps[auto.pick(state)]

@@ -34,11 +34,13 @@ def text_from_process_0(text):
   if jax.process_count() == 1:
     return text
   from jax.experimental import multihost_utils
-  data = text.encode("utf-8") if (is_primary() and text is not None) else b""
+  data = text.encode("utf-8", "replace") if (is_primary() and text is not None) else b""
   length = from_process_0(-1 if (is_primary() and text is None) else len(data))
   if length < 0:
     return None
-  buf = np.zeros(length, np.uint8)
+  # padded to a power of two (at least 64 bytes): the broadcast compiles once per buffer shape, not per line length
+  buf = np.zeros(max(64, 1 << (length - 1).bit_length()), np.uint8)
   if is_primary():
-    buf[:] = np.frombuffer(data, np.uint8)
-  return bytes(np.asarray(multihost_utils.broadcast_one_to_all(buf))).decode("utf-8") if length else ""
+    buf[:length] = np.frombuffer(data, np.uint8)
+  got = np.asarray(multihost_utils.broadcast_one_to_all(buf))[:length]
+  return bytes(got).decode("utf-8", "replace")

@@ -67,7 +67,7 @@ BAD_FLAGS = [
     ("--stop_ids=1,x", "--stop_ids='1,x'"),
     ("--batch_size=-1", "--batch_size"),
     ("--logprobs", "--logprobs: the log-probabilities are written to --output_json"),
-    ("--interactive", "--interactive reads its prompts from stdin and prints the replies: drop --prompt_ids"),
+    ("--interactive", "--interactive reads its prompts from stdin and streams the replies: drop --prompt_ids"),
 ]
 
 
@@ -81,6 +81,14 @@ def test_bad_flags_exit_nonzero_with_message(refusals):
 def test_drafter_that_does_not_fit_is_refused(refusals):
   r = refusals["drafter vocabulary"]
   assert r["rc"] != 0 and "vocab_size" in r["stderr"] and "does not match" in r["stderr"], r["stderr"][-1500:]
+
+
+def test_refused_before_the_weights_or_other_checks(refusals):
+  r = refusals["no drafter"]
+  assert r["rc"] != 0 and "--mode=dflash needs a drafter: pass --drafter_dir" in r["stderr"], r["stderr"][-1500:]
+  assert "load.py" not in r["stderr"]                     # (the loader logs what it reads)
+  r = refusals["interactive order"]
+  assert r["rc"] != 0 and "drop --trace_dir, --logprobs, --nostream" in r["stderr"], r["stderr"][-1500:]
 
 
 def test_missing_dirs_and_tokenizerless_text_prompt(refusals):
@@ -120,6 +128,9 @@ def refusals(dirs, text_target, tmp_path_factory):
            for flag, _ in BAD_FLAGS}
   cases["drafter vocabulary"] = [f"--model_dir={target}", f"--drafter_dir={bad}", "--prompt_ids=1,2", "--mode=ddtree"]
   cases["missing dir"] = [f"--model_dir={base / 'nope'}", "--prompt_ids=1"]
+  cases["no drafter"] = [f"--model_dir={text_target}", "--prompt_ids=1,2", "--mode=dflash"]
+  cases["interactive order"] = [f"--model_dir={target}", "--interactive", "--logprobs", "--nostream", "--mode=ar",
+                                "--trace_dir=x"]
   cases["no tokenizer"] = [f"--model_dir={target}", "--mode=ar", "--prompt=hello"]
   for name, (text, _) in JSONL_REFUSALS.items():
     path = base / (name.replace(" ", "_") + ".jsonl")

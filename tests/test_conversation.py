@@ -49,4 +49,4 @@ def test_the_random_fallbacks_byte_tokenizer_takes_a_conversation():
   tok = ByteTokenizer()
   messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
   assert tok.decode(tok.encode_chat(messages)) == "user: hi\nassistant: yo\nassistant: "
-  assert tok.encode_chat("hi") == tok.encode("hi")
+  assert tok.encode_chat("hi") == tok.encode("user: hi\nassistant: ")

@@ -137,8 +137,8 @@ class ByteTokenizer:
 
   def encode_chat(self, messages) -> list[int]:
     """A text, or {"role", "content"} messages as "role: content" lines (this tokenizer has no chat tokens)."""
-    if isinstance(messages, str):
-      return self.encode(messages)
+    if isinstance(messages, str):            # one user message, as the Kimi tokenizers take a string
+      messages = [{"role": "user", "content": messages}]
     return self.encode("".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: ")
 
   def decode(self, ids) -> str:

@@ -162,6 +162,12 @@ def main(argv):
   from ddtree_jax.engine import Engine, check_requests
   from ddtree_jax.sampling import SamplingParams
   try:
+    if FLAGS.interactive:
+      clash = [f"--{f}" for f in ("prompt", "prompt_file", "prompt_ids", "output_json", "trace_dir", "batch_size",
+                                  "logprobs") if getattr(FLAGS, f) not in (None, False, 0)]
+      clash += [] if FLAGS.stream else ["--nostream"]
+      if clash:
+        raise UsageError(f"--interactive reads its prompts from stdin and streams the replies: drop {', '.join(clash)}")
     budget = parse_budget(FLAGS.budget)
     prefill_chunk = parse_prefill_chunk(FLAGS.prefill_chunk)
     if FLAGS.max_new_tokens < 1:
@@ -175,11 +181,6 @@ def main(argv):
     except ValueError as e:
       raise UsageError(f"--{str(e).split()[0]}: {e}") from None
     dtype = parse_dtype(FLAGS.dtype)
-    if FLAGS.interactive:
-      clash = [f"--{f}" for f in ("prompt", "prompt_file", "prompt_ids", "output_json", "trace_dir", "batch_size",
-                                  "logprobs") if getattr(FLAGS, f) not in (None, False, 0)]
-      if clash:
-        raise UsageError(f"--interactive reads its prompts from stdin and prints the replies: drop {', '.join(clash)}")
     # Everything about the requests is checked before any weight is read (a K2.6 load takes minutes): the flags,
     # the prompt file, then the prompts and stops against the target's config and tokenizer.
     given_prompts = Prompts([], [], [], [], []) if FLAGS.interactive else read_prompts()   # (stdin: read later)
@@ -189,6 +190,8 @@ def main(argv):
     except ValueError as e:
       raise UsageError(str(e)) from None
     cfg, tok = target_config_and_tokenizer(FLAGS.model_dir)
+    if FLAGS.mode != "ar" and FLAGS.model_dir is not None and FLAGS.drafter_dir is None:
+      raise UsageError(f"--mode={FLAGS.mode} needs a drafter: pass --drafter_dir (or use --mode=ar)")
     if tok is None and given:
       raise UsageError("--stop needs the model's tokenizer (this model directory has none): use --stop_ids")
     stop_ids = stop_ids_for(cfg, extra_stop_ids)
@@ -308,11 +311,14 @@ def interactive(engine, cfg, tok, budget, sampling, stop_ids, stops, primary, sa
   turn = 0
   while True:
     line = None
-    if primary:
-      sys.stderr.write("> ")
-      sys.stderr.flush()
-      raw = sys.stdin.readline()
-      line = None if raw == "" else raw.rstrip("\n")
+    if primary:   # nothing here may raise: the other processes wait for this line in a collective
+      try:
+        sys.stderr.write("> ")
+        sys.stderr.flush()
+        raw = sys.stdin.buffer.readline()          # bytes: a line that is not UTF-8 is decoded with U+FFFD
+        line = raw.decode("utf-8", "replace").rstrip("\r\n") if raw else None
+      except (KeyboardInterrupt, OSError):
+        line = None                                # Ctrl-C or a closed stdin: the end of input on every process
     line = processes.text_from_process_0(line)
     if line is None:
       break
@@ -328,23 +334,27 @@ def interactive(engine, cfg, tok, budget, sampling, stop_ids, stops, primary, sa
       continue
     if not line.strip():
       continue
-    ids = conversation.prompt_ids(line, tok)
     stop = stop_strings.StopStrings(tok.decode, [stops])
+    # The reply without the end token that closes it (its text, e.g. "<|im_end|>", is not shown, and the chat
+    # format adds its own when the reply goes into the next prompt).
+    end_ids = set(stop_ids if stop_ids is not None else cfg.stop_token_ids)
     printer = TextStream(tok.decode, write, stop)
     try:
+      ids = conversation.prompt_ids(line, tok)
       check_requests(cfg, [ids], FLAGS.max_new_tokens, names=["this turn's prompt"])
       r = engine.generate([ids], mode=FLAGS.mode, budget=budget, sampling=sampling,
                           max_new_tokens=FLAGS.max_new_tokens, seed=(FLAGS.seed + turn) % 2**32,
-                          stream=lambda i, new: printer.add(new), rounds_per_call=FLAGS.rounds_per_call,
-                          stop_ids=stop_ids, stop_when=stop.tokens_to_keep if stop.any else None)[0]
+                          stream=lambda i, new: printer.add([t for t in new if t not in end_ids]),
+                          rounds_per_call=FLAGS.rounds_per_call, stop_ids=stop_ids,
+                          stop_when=stop.tokens_to_keep if stop.any else None)[0]
     except ValueError as e:
       say(f"ddtree-generate: {e}" + (" (/reset starts a new conversation)" if FLAGS.chat else ""))
       continue
-    printer.finish(stop.cut(0, tok.decode(r.token_ids)))
-    write("\n")
-    # The reply as the conversation keeps it: without the end token that closed it (the chat format adds its own).
     closed = r.stop_reason == "stop_token"
-    conversation.record(line, stop.cut(0, tok.decode(r.token_ids[:-1] if closed else r.token_ids)))
+    reply = stop.cut(0, tok.decode(r.token_ids[:-1] if closed else r.token_ids))
+    printer.finish(reply)
+    write("\n")
+    conversation.record(line, reply)
     s = r.stats()
     say(f"[{len(r.token_ids)} tokens in {s['rounds']} rounds, tau {s['tau']:.2f}, {s['tokens_per_s']:.1f} tokens/s; "
         f"{s['stop_reason']}]")

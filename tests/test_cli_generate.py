@@ -81,12 +81,14 @@ def test_bad_flags_exit_nonzero_with_message(refusals):
 def test_drafter_that_does_not_fit_is_refused(refusals):
   r = refusals["drafter vocabulary"]
   assert r["rc"] != 0 and "vocab_size" in r["stderr"] and "does not match" in r["stderr"], r["stderr"][-1500:]
+  assert not r["loaded"]                          # refused before any weight was read
+  assert refusals["--moe_layout=k_chunks"]["loaded"]   # (a refusal that needs the loaded model: the flag works)
 
 
 def test_refused_before_the_weights_or_other_checks(refusals):
   r = refusals["no drafter"]
   assert r["rc"] != 0 and "--mode=dflash needs a drafter: pass --drafter_dir" in r["stderr"], r["stderr"][-1500:]
-  assert "load.py" not in r["stderr"]                     # (the loader logs what it reads)
+  assert not r["loaded"]
   r = refusals["interactive order"]
   assert r["rc"] != 0 and "drop --trace_dir, --logprobs, --nostream" in r["stderr"], r["stderr"][-1500:]
 
@@ -155,21 +157,27 @@ def test_prompt_file_refusals_name_the_line(refusals):
   for name, (_, message) in JSONL_REFUSALS.items():
     r = refusals[name]
     assert r["rc"] != 0 and f"{refusals['jsonl paths'][name]}:{message}" in r["stderr"], (name, r["stderr"][-1500:])
+    assert not r["loaded"], name
   r = refusals["jsonl window"]
-  assert r["rc"] != 0 and "batch 1/3" not in r["stderr"], r["stderr"][-1500:]
+  assert r["rc"] != 0 and not r["loaded"], r["stderr"][-1500:]
   assert f"{refusals['window path']}:3: 1 prompt tokens + max_new_tokens 600 exceed the model's window" in r["stderr"]
 
 
 def refusals_driver(cases_path):
-  """Runs main() on each case's flags in this one process: {case: {"rc", "stderr"}} as a RESULT line. A flag value
-  absl itself refuses counts as rc 1 with absl's message (app.run exits non-zero with it)."""
+  """Runs main() on each case's flags in this one process: {case: {"rc", "stderr", "loaded"}} as a RESULT line
+  (loaded: whether main() got as far as loading the models). A flag value absl itself refuses counts as rc 1 with
+  absl's message (app.run exits non-zero with it)."""
   import contextlib
   import io
   from absl import flags
-  from ddtree_jax.cli import generate
+  from ddtree_jax.cli import common, generate
+  loads = []
+  load_models = common.load_models
+  common.load_models = lambda *a, **k: (loads.append(1), load_models(*a, **k))[1]
   out = {}
   for name, argv in json.loads(open(cases_path).read()).items():
     err = io.StringIO()
+    loads.clear()
     generate.FLAGS.unparse_flags()
     with contextlib.redirect_stderr(err):
       try:
@@ -178,7 +186,7 @@ def refusals_driver(cases_path):
       except flags.Error as e:
         rc = 1
         print(f"FATAL Flags parsing error: {e}", file=sys.stderr)
-    out[name] = {"rc": rc, "stderr": err.getvalue()}
+    out[name] = {"rc": rc, "stderr": err.getvalue(), "loaded": bool(loads)}
   print("RESULT " + json.dumps(out))
 
 

@@ -104,6 +104,21 @@ def target_config_and_tokenizer(model_dir: Optional[str]):
   return load_config(model_dir), load_tokenizer(model_dir)
 
 
+def check_drafter_config(model_dir: Optional[str], drafter_dir: Optional[str], target_cfg) -> None:
+  """Before any weight is read: raises ConfigError when the drafter load_models would load (drafter_dir, or the
+  embedded default's with model_dir None) cannot serve target_cfg; nothing when there is no drafter to check."""
+  from ddtree_jax.checkpoint import orbax_io
+  from ddtree_jax.checkpoint.drafter_config import load_drafter_config
+  if drafter_dir is None and model_dir is None and os.path.exists(os.path.join(DEFAULT_DRAFTER_DIR, "config.json")):
+    drafter_dir = DEFAULT_DRAFTER_DIR
+  if drafter_dir is None or not os.path.isdir(drafter_dir):
+    return                                   # load_models says what is missing
+  if orbax_io.is_converted(drafter_dir):
+    load_drafter_config(os.path.join(drafter_dir, "drafter_config.json")).check_against(target_cfg, where=drafter_dir)
+  else:
+    load_drafter_config(drafter_dir, target=target_cfg)
+
+
 def load_tokenizer(model_dir: str):
   """The directory's tokenizer (tokenizer.json or tiktoken.model), or None."""
   from ddtree_jax.checkpoint.tokenizer import load_tokenizer as _load

@@ -157,8 +157,8 @@ def stop_ids_for(cfg, extra):
 
 def main(argv):
   del argv
-  from ddtree_jax.cli.common import (UsageError, load_models, parse_budget, parse_dtype, parse_prefill_chunk,
-                                     target_config_and_tokenizer)
+  from ddtree_jax.cli.common import (UsageError, check_drafter_config, load_models, parse_budget, parse_dtype,
+                                     parse_prefill_chunk, target_config_and_tokenizer)
   from ddtree_jax.engine import Engine, check_requests
   from ddtree_jax.sampling import SamplingParams
   try:
@@ -192,6 +192,8 @@ def main(argv):
     cfg, tok = target_config_and_tokenizer(FLAGS.model_dir)
     if FLAGS.mode != "ar" and FLAGS.model_dir is not None and FLAGS.drafter_dir is None:
       raise UsageError(f"--mode={FLAGS.mode} needs a drafter: pass --drafter_dir (or use --mode=ar)")
+    if FLAGS.mode != "ar":
+      check_drafter_config(FLAGS.model_dir, FLAGS.drafter_dir, cfg)
     if tok is None and given:
       raise UsageError("--stop needs the model's tokenizer (this model directory has none): use --stop_ids")
     stop_ids = stop_ids_for(cfg, extra_stop_ids)

@@ -60,6 +60,24 @@ def parse_prefill_chunk(value: int) -> Optional[int]:
     raise UsageError(str(e)) from None
 
 
+def model_dirs(model_dir: Optional[str], drafter_dir: Optional[str]):
+  """The directories load_models reads: (model_dir, drafter_dir, label or None). model_dir None: the embedded
+  default (and its drafter when drafter_dir is None); (None, None, None) when there is none (the random fallback).
+  Raises UsageError naming the flag of a directory that does not exist."""
+  label = None
+  if model_dir is None:
+    if not os.path.exists(os.path.join(DEFAULT_TARGET_DIR, "config.json")):
+      return None, None, None
+    model_dir = DEFAULT_TARGET_DIR
+    if drafter_dir is None and os.path.exists(os.path.join(DEFAULT_DRAFTER_DIR, "config.json")):
+      drafter_dir = DEFAULT_DRAFTER_DIR
+    label = "embedded default model (checkpoints/default)"
+  for flag, path in (("--model_dir", model_dir), ("--drafter_dir", drafter_dir)):
+    if path is not None and not os.path.isdir(path):
+      raise UsageError(f"{flag}={path}: no such directory")
+  return model_dir, drafter_dir, label
+
+
 def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, want_drafter: bool, mesh=None):
   """Returns (target, target_cfg, drafter, drafter_cfg, tokenizer, label). With a mesh, checkpoint
   weights are read straight into their shards (ddtree_jax.sharding rules)."""
@@ -67,18 +85,9 @@ def load_models(model_dir: Optional[str], drafter_dir: Optional[str], dtype, *, 
   from ddtree_jax.model.dflash import DFlashDrafter
   from flax import nnx
 
-  label = None
+  model_dir, drafter_dir, label = model_dirs(model_dir, drafter_dir)
   if model_dir is None:
-    if os.path.exists(os.path.join(DEFAULT_TARGET_DIR, "config.json")):
-      model_dir = DEFAULT_TARGET_DIR
-      if drafter_dir is None and os.path.exists(os.path.join(DEFAULT_DRAFTER_DIR, "config.json")):
-        drafter_dir = DEFAULT_DRAFTER_DIR
-      label = "embedded default model (checkpoints/default)"
-    else:
-      return random_models(dtype, want_drafter=want_drafter)
-  for flag, path in (("--model_dir", model_dir), ("--drafter_dir", drafter_dir)):
-    if path is not None and not os.path.isdir(path):
-      raise UsageError(f"{flag}={path}: no such directory")
+    return random_models(dtype, want_drafter=want_drafter)
   target, cfg = load_target(model_dir, dtype=dtype, mesh=mesh)
   drafter = dcfg = None
   if want_drafter:
@@ -94,25 +103,23 @@ def target_config_and_tokenizer(model_dir: Optional[str]):
   """What load_models(model_dir, ...) will load, read before any weight is: (the target's config, its tokenizer or
   None). model_dir None: the embedded default, or the random fallback's tiny config and byte tokenizer."""
   from ddtree_jax.config import load_config
+  model_dir, _, _ = model_dirs(model_dir, None)
   if model_dir is None:
-    if not os.path.exists(os.path.join(DEFAULT_TARGET_DIR, "config.json")):
-      from configs.tiny import tiny
-      return tiny(), ByteTokenizer()
-    model_dir = DEFAULT_TARGET_DIR
-  if not os.path.isdir(model_dir):
-    raise UsageError(f"--model_dir={model_dir}: no such directory")
+    from configs.tiny import tiny
+    return tiny(), ByteTokenizer()
   return load_config(model_dir), load_tokenizer(model_dir)
 
 
-def check_drafter_config(model_dir: Optional[str], drafter_dir: Optional[str], target_cfg) -> None:
-  """Before any weight is read: raises ConfigError when the drafter load_models would load (drafter_dir, or the
-  embedded default's with model_dir None) cannot serve target_cfg; nothing when there is no drafter to check."""
+def check_drafter_config(model_dir: Optional[str], drafter_dir: Optional[str], target_cfg, mode: str) -> None:
+  """Before any weight is read, for a mode that drafts: raises UsageError when there is no drafter, ConfigError
+  when the one load_models would load (drafter_dir, or the embedded default's) cannot serve target_cfg."""
   from ddtree_jax.checkpoint import orbax_io
   from ddtree_jax.checkpoint.drafter_config import load_drafter_config
-  if drafter_dir is None and model_dir is None and os.path.exists(os.path.join(DEFAULT_DRAFTER_DIR, "config.json")):
-    drafter_dir = DEFAULT_DRAFTER_DIR
-  if drafter_dir is None or not os.path.isdir(drafter_dir):
-    return                                   # load_models says what is missing
+  model_dir, drafter_dir, _ = model_dirs(model_dir, drafter_dir)
+  if model_dir is None:
+    return                                   # the random fallback makes its own drafter
+  if drafter_dir is None:
+    raise UsageError(f"--mode={mode} needs a drafter: pass --drafter_dir (or use --mode=ar)")
   if orbax_io.is_converted(drafter_dir):
     load_drafter_config(os.path.join(drafter_dir, "drafter_config.json")).check_against(target_cfg, where=drafter_dir)
   else:

@@ -190,10 +190,8 @@ def main(argv):
     except ValueError as e:
       raise UsageError(str(e)) from None
     cfg, tok = target_config_and_tokenizer(FLAGS.model_dir)
-    if FLAGS.mode != "ar" and FLAGS.model_dir is not None and FLAGS.drafter_dir is None:
-      raise UsageError(f"--mode={FLAGS.mode} needs a drafter: pass --drafter_dir (or use --mode=ar)")
     if FLAGS.mode != "ar":
-      check_drafter_config(FLAGS.model_dir, FLAGS.drafter_dir, cfg)
+      check_drafter_config(FLAGS.model_dir, FLAGS.drafter_dir, cfg, FLAGS.mode)
     if tok is None and given:
       raise UsageError("--stop needs the model's tokenizer (this model directory has none): use --stop_ids")
     stop_ids = stop_ids_for(cfg, extra_stop_ids)
@@ -232,10 +230,7 @@ def main(argv):
   stream = printer = None
   if FLAGS.stream and len(prompts) == 1 and tok is not None:
     # Every process streams (the engine's read of the tokens may be a collective), only process 0 writes.
-    def write(text):
-      if primary:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    write = stdout_writer(primary)
     printer = TextStream(tok.decode, write, batch_stops[0])
     stream = lambda i, ids: printer.add(ids)   # noqa: E731
     if texts[0] is not None:
@@ -294,6 +289,15 @@ def main(argv):
   return 0
 
 
+def stdout_writer(primary: bool):
+  """write(text) to stdout at once on process 0; nothing on the other processes (which run the same code)."""
+  def write(text):
+    if primary:
+      sys.stdout.write(text)
+      sys.stdout.flush()
+  return write
+
+
 def interactive(engine, cfg, tok, budget, sampling, stop_ids, stops, primary, say) -> int:
   """--interactive: turns read by process 0 from stdin (and handed to the other processes), each streamed on
   process 0's stdout. A turn that cannot run (too long for the model's window, ...) is refused with its reason and
@@ -303,10 +307,7 @@ def interactive(engine, cfg, tok, budget, sampling, stop_ids, stops, primary, sa
   from ddtree_jax.cli.text_stream import TextStream
   from ddtree_jax.engine import check_requests
 
-  def write(text):
-    if primary:
-      sys.stdout.write(text)
-      sys.stdout.flush()
+  write = stdout_writer(primary)
   conversation = Conversation(FLAGS.chat)
   say("interactive: one prompt a line" + (" (a conversation)" if FLAGS.chat else "")
       + "; /reset forgets the conversation, /exit or the end of input stops")

@@ -46,14 +46,15 @@ def emit_tokens(state: GenerationState, emit, n_emit, emit_logprobs=None):
   n_kept = jnp.minimum(jnp.minimum(n_emit, first_stop + 1), remaining)
   n_kept = jnp.where(state.done, 0, jnp.maximum(n_kept, 0)).astype(jnp.int32)
   stopped = has_stop & (first_stop < n_kept)
-  def write(row, toks, start):
-    return jax.lax.dynamic_update_slice(row, toks, (start,))
-  written = jax.vmap(write)(state.out, jnp.where(idx < n_kept[:, None], emit, 0).astype(jnp.int32), state.out_len)
-  out = jnp.where(state.done[:, None], state.out, written)
+  def append(rows, values):
+    """rows [B, out_width] with each unfinished row's n_kept values [B, W] written at its out_len."""
+    kept = jnp.where(idx < n_kept[:, None], values, 0).astype(rows.dtype)
+    written = jax.vmap(lambda row, v, start: jax.lax.dynamic_update_slice(row, v, (start,)))(rows, kept, state.out_len)
+    return jnp.where(state.done[:, None], rows, written)
+  out = append(state.out, emit)
   logprobs = state.logprobs
   if logprobs is not None and emit_logprobs is not None:
-    kept_lp = jnp.where(idx < n_kept[:, None], emit_logprobs, 0.0).astype(jnp.float32)
-    logprobs = jnp.where(state.done[:, None], logprobs, jax.vmap(write)(logprobs, kept_lp, state.out_len))
+    logprobs = append(logprobs, emit_logprobs)
   out_len = state.out_len + n_kept
   done = state.done | stopped | (out_len >= state.max_new)
   active = ~state.done

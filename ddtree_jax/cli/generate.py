@@ -308,6 +308,9 @@ def interactive(engine, cfg, tok, budget, sampling, stop_ids, stops, primary, sa
   from ddtree_jax.engine import check_requests
 
   write = stdout_writer(primary)
+  # The reply without the end token that closes it (its text, e.g. "<|im_end|>", is not shown, and the chat format
+  # adds its own when the reply goes into the next prompt).
+  end_ids = set(stop_ids if stop_ids is not None else cfg.stop_token_ids)
   conversation = Conversation(FLAGS.chat)
   say("interactive: one prompt a line" + (" (a conversation)" if FLAGS.chat else "")
       + "; /reset forgets the conversation, /exit or the end of input stops")
@@ -338,9 +341,6 @@ def interactive(engine, cfg, tok, budget, sampling, stop_ids, stops, primary, sa
     if not line.strip():
       continue
     stop = stop_strings.StopStrings(tok.decode, [stops])
-    # The reply without the end token that closes it (its text, e.g. "<|im_end|>", is not shown, and the chat
-    # format adds its own when the reply goes into the next prompt).
-    end_ids = set(stop_ids if stop_ids is not None else cfg.stop_token_ids)
     printer = TextStream(tok.decode, write, stop)
     try:
       ids = conversation.prompt_ids(line, tok)

@@ -94,3 +94,19 @@ def test_tokenizer_json(tmp_path):
   assert tok.encode("hello world<|im_end|>") == [1, 2, 3]
   assert tok.special_tokens == {"<|im_end|>": 3} and tok.vocab_size == 4
   assert tok.token_id("world") == 2
+
+
+def test_the_cli_reads_a_directorys_tokenizer_once_per_version(tmp_path):
+  import os
+
+  from ddtree_jax.cli.common import load_tokenizer as cli_load_tokenizer
+  assert cli_load_tokenizer(str(tmp_path)) is None             # no tokenizer file
+  n = write_tiktoken(tmp_path / "tiktoken.model", ["he"])
+  first = cli_load_tokenizer(str(tmp_path))
+  assert cli_load_tokenizer(str(tmp_path)) is first and first.vocab_size == n + 256
+  # a rewritten tokenizer_config.json (a newer mtime) is read again: its special name is there
+  config = tmp_path / "tokenizer_config.json"
+  config.write_text(json.dumps({"added_tokens_decoder": {str(n + 5): {"content": "<|im_custom|>"}}}))
+  os.utime(config, ns=(1, os.stat(tmp_path / "tiktoken.model").st_mtime_ns + 10**9))
+  again = cli_load_tokenizer(str(tmp_path))
+  assert again is not first and again.special_tokens["<|im_custom|>"] == n + 5

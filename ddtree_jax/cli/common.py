@@ -2,6 +2,7 @@
 several CLIs take (defined here once)."""
 from __future__ import annotations
 
+import functools
 import os
 from typing import Optional
 
@@ -127,10 +128,19 @@ def check_drafter_config(model_dir: Optional[str], drafter_dir: Optional[str], t
 
 
 def load_tokenizer(model_dir: str):
-  """The directory's tokenizer (tokenizer.json or tiktoken.model), or None."""
-  from ddtree_jax.checkpoint.tokenizer import load_tokenizer as _load
-  if not any(os.path.exists(os.path.join(model_dir, f)) for f in ("tiktoken.model", "tokenizer.json")):
+  """The directory's tokenizer (tiktoken.model, else tokenizer.json), or None. Read once per version of its files:
+  the CLI asks for it before loading (to check the prompts) and again in load_models (~0.5 s for Kimi's)."""
+  files = [os.path.join(model_dir, f) for f in ("tiktoken.model", "tokenizer.json", "tokenizer_config.json")]
+  if not any(os.path.exists(f) for f in files[:2]):
     return None
+  versions = tuple(os.stat(f).st_mtime_ns if os.path.exists(f) else None for f in files)
+  return _read_tokenizer(os.path.abspath(model_dir), versions)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_tokenizer(model_dir: str, versions: tuple):
+  del versions                               # part of the cache key only: rewritten files are read again
+  from ddtree_jax.checkpoint.tokenizer import load_tokenizer as _load
   return _load(model_dir)
 
 

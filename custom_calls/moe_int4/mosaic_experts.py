@@ -110,7 +110,7 @@ def _from_wgmma_column_order(a):
 
 
 def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, block_k, stages, group_size,
-                   wgmma_order, wgmma_in_flight, interpret):
+                   wgmma_order, interpret):
   """out[s, slot, r, t] = sum over split s's columns k of W[e, r, k] * act[t, k], e = slot_expert[slot].
 
   used: int32 [1]; slot_expert: int32 [S]; act: bf16 [TP, K] (every slot) or [S, TP, K] (one per slot);
@@ -127,7 +127,6 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, bl
   lanes = min(slot_lanes, num_slots)
   wgmma_layout = plgpu.Layout.WGMMA
   row_vector = plgpu.Layout.WGMMA.reduce(1)
-  in_flight = 0 if interpret else wgmma_in_flight
 
   def body(used_ref, slot_expert_ref, act_ref, w_ref, scale_ref, out_ref, a_smem, out_smem):
     # a_smem [ROWS, BK] bf16: interpret mode's A operand (None on a GPU); out_smem [ROWS, TP] f32: the result's
@@ -157,7 +156,10 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, bl
         plgpu.commit_smem()
         a = a_smem
       plgpu.wgmma(acc, a, act_tile.transpose((1, 0)))
-      plgpu.wgmma_wait(in_flight)
+      # Wait for it before the next tile: its A operand is in registers that the next tile's conversion
+      # overwrites. (Leaving one wgmma in flight, an option until session 21, gave NaN and errors of 5e2 on the
+      # H200 at 4-16 tokens; benchmarks/RESULTS.md, issue 6 sixteenth round, call 4.)
+      plgpu.wgmma_wait(0)
 
     def one_slot(i, carry):
       slot = lane + i * lanes
@@ -166,13 +168,9 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, bl
       def accumulate(acc):
         plgpu.emit_pipeline(
             lambda _, *tiles: step(acc, *tiles), grid=(k_split // block_k,),
-            # With a wgmma left running (in_flight 1), every tile of the step stays until the next step: the
-            # activations are its B operand, and other warps may still be reading this step's weights and scales
-            # when one thread issues the copy that refills their slot.
-            in_specs=[plgpu.BlockSpec((ROWS, block_k), lambda j: (0, j), delay_release=in_flight),
-                      plgpu.BlockSpec((groups, ROWS), lambda j: (j, 0), delay_release=in_flight),
-                      plgpu.BlockSpec((tp, block_k), lambda j: (0, j), transforms=_ACT_TILES,
-                                      delay_release=in_flight)],
+            in_specs=[plgpu.BlockSpec((ROWS, block_k), lambda j: (0, j)),
+                      plgpu.BlockSpec((groups, ROWS), lambda j: (j, 0)),
+                      plgpu.BlockSpec((tp, block_k), lambda j: (0, j), transforms=_ACT_TILES)],
             max_concurrent_steps=stages,
         )(w_ref.at[e, rows, cols], scale_ref.at[e, scale_rows, rows],
           act_ref.at[slot, :, cols] if per_slot_act else act_ref.at[:, cols])
@@ -209,8 +207,7 @@ def default_options(d, inter):
   return block_k, (2 if d % (2 * block_k) == 0 else 1), 1
 
 
-def check_options(x, experts: MosaicExperts, *, group_size, block_k, stages, k_splits, k_splits_down,
-                  wgmma_in_flight=0):
+def check_options(x, experts: MosaicExperts, *, group_size, block_k, stages, k_splits, k_splits_down):
   """Raise ValueError naming the argument when the shapes or options do not fit the kernels."""
   t, d = x.shape
   e, two_i, d_w = experts.gate_up.shape
@@ -231,11 +228,8 @@ def check_options(x, experts: MosaicExperts, *, group_size, block_k, stages, k_s
                        f"{shape} (x {x.shape}; mosaic_layout.to_mosaic_layout makes them)")
   if block_k % 64 or block_k % group_size:
     raise ValueError(f"mosaic_experts: block_k {block_k} must be a multiple of 64 and of group_size {group_size}")
-  if wgmma_in_flight not in (0, 1):
-    raise ValueError(f"mosaic_experts: wgmma_in_flight {wgmma_in_flight} must be 0 or 1")
-  if stages <= wgmma_in_flight:
-    raise ValueError(f"mosaic_experts: stages {stages} must be > wgmma_in_flight {wgmma_in_flight} (a step's tiles "
-                     "stay while its wgmma runs)")
+  if stages < 1:
+    raise ValueError(f"mosaic_experts: stages {stages} must be >= 1")
   for name, splits, length in (("k_splits", k_splits, d), ("k_splits_down", k_splits_down, inter)):
     if splits < 1 or length % (splits * block_k):
       raise ValueError(f"mosaic_experts: {name} {splits} x block_k {block_k} must divide the {length} inputs")
@@ -244,10 +238,10 @@ def check_options(x, experts: MosaicExperts, *, group_size, block_k, stages, k_s
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_k", "stages", "k_splits", "k_splits_down",
-                                             "slot_lanes", "wgmma_order", "wgmma_in_flight", "interpret"))
+                                             "slot_lanes", "wgmma_order", "interpret"))
 def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExperts, expert_offset=0, *,
                                group_size=32, block_k=None, stages=4, k_splits=None, k_splits_down=None,
-                               slot_lanes=None, wgmma_order=False, wgmma_in_flight=0, interpret=False):
+                               slot_lanes=None, wgmma_order=False, interpret=False):
   """Same result as reference.routed_experts_int4_reference, from the arrays of mosaic_layout.to_mosaic_layout.
 
   x: bf16 [T, D], T <= 16; expert_ids: int32 [T, K] global ids; expert_weights: [T, K]; expert_offset may be
@@ -256,16 +250,15 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
   (more programs at one expert: gate/up of one K2.6 expert is 64 tiles, down 112); slot_lanes: programs that
   share a tile and split, each running every slot_lanes-th used slot (at most the slots; default min(4, T): on an
   expert-parallel shard a token hits about one local expert, so T lanes leave few programs idle); wgmma_order: the
-  experts were made with to_mosaic_layout(wgmma_order=True), so a loaded tile is the wgmma operand as it is;
-  wgmma_in_flight 0 or 1: wgmma groups left running at the end of a step (1 overlaps the next tile's conversion
-  with this one's products). block_k / k_splits / k_splits_down None: default_options. Returns [T, D] bf16.
+  experts were made with to_mosaic_layout(wgmma_order=True), so a loaded tile is the wgmma operand as it is.
+  block_k / k_splits / k_splits_down None: default_options. Returns [T, D] bf16.
   """
   defaults = default_options(x.shape[1], experts.down.shape[2])
   block_k = defaults[0] if block_k is None else block_k
   k_splits = defaults[1] if k_splits is None else k_splits
   k_splits_down = defaults[2] if k_splits_down is None else k_splits_down
   check_options(x, experts, group_size=group_size, block_k=block_k, stages=stages, k_splits=k_splits,
-                k_splits_down=k_splits_down, wgmma_in_flight=wgmma_in_flight)
+                k_splits_down=k_splits_down)
   slot_lanes = min(4, x.shape[0]) if slot_lanes is None else slot_lanes
   if slot_lanes < 1:
     raise ValueError(f"mosaic_experts: slot_lanes {slot_lanes} must be >= 1")
@@ -277,7 +270,7 @@ def routed_experts_int4_mosaic(x, expert_ids, expert_weights, experts: MosaicExp
   live = (jnp.arange(num_slots) < used[0])[:, None, None]                    # [S, 1, 1]
   x_pad = jnp.pad(x, ((0, tp - t), (0, 0)))                                  # [TP, D]
   opts = dict(block_k=block_k, stages=stages, group_size=group_size, slot_lanes=slot_lanes,
-              wgmma_order=wgmma_order, wgmma_in_flight=wgmma_in_flight, interpret=interpret)
+              wgmma_order=wgmma_order, interpret=interpret)
   gate_up = _expert_matvec(used, slot_expert, x_pad, experts.gate_up, experts.gate_up_scale, k_splits=k_splits,
                            **opts).sum(axis=0)                               # [S, 2I, TP]
   gate, up = gate_up_halves(jnp.where(live, gate_up, 0.0))                   # [S, I, TP] each

@@ -42,6 +42,10 @@ def test_commands():
   assert c.command("hello /reset") is None and c.command("  /exit ") == "/exit"
   with pytest.raises(ValueError, match=r"unknown command '/quit' \(commands: /reset, /exit\)"):
     c.command("/quit")
+  # "//" escapes a prompt that starts with a slash; one slash is dropped, the rest of the line is kept as typed
+  assert c.command("//usr/bin") is None and c.command(" //reset") is None
+  assert c.prompt_text("//usr/bin") == "/usr/bin" and c.prompt_text("  //reset ") == "  /reset "
+  assert c.prompt_text("a // b") == "a // b" and c.prompt_text("/x") == "/x"
 
 
 def test_the_random_fallbacks_byte_tokenizer_takes_a_conversation():

@@ -313,7 +313,7 @@ def interactive(engine, cfg, tok, budget, sampling, stop_ids, stops, primary, sa
   end_ids = set(stop_ids if stop_ids is not None else cfg.stop_token_ids)
   conversation = Conversation(FLAGS.chat)
   say("interactive: one prompt a line" + (" (a conversation)" if FLAGS.chat else "")
-      + "; /reset forgets the conversation, /exit or the end of input stops")
+      + "; /reset forgets the conversation, /exit or the end of input stops, // starts a prompt with /")
   turn = 0
   while True:
     line = None
@@ -340,6 +340,7 @@ def interactive(engine, cfg, tok, budget, sampling, stop_ids, stops, primary, sa
       continue
     if not line.strip():
       continue
+    line = conversation.prompt_text(line)
     stop = stop_strings.StopStrings(tok.decode, [stops])
     printer = TextStream(tok.decode, write, stop)
     try:

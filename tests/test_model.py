@@ -43,8 +43,10 @@ def test_absorbed_equals_expanded(model):
   a_logits, a_cache, _ = fwd(m, tokens, pos, empty_cache(cfg, b, 32), causal(b, t), absorbed=True)
   e_logits, e_cache, _ = fwd(m, tokens, pos, empty_cache(cfg, b, 32), causal(b, t), absorbed=False)
   np.testing.assert_allclose(np.asarray(a_logits), np.asarray(e_logits), atol=2e-5, rtol=1e-4)
+  # The two forms are separate compiled programs whose fp32 roundings differ by a few ulps (seen once: 2.2335622
+  # vs 2.2335639, beyond an absolute 1e-6); a wrong attention form differs by O(1).
   for x, y in zip(a_cache.ckv, e_cache.ckv):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-5, rtol=1e-5)
 
 
 def test_cached_decode_equals_full_forward(model):

@@ -58,6 +58,18 @@ def test_matches_reference(b, t, h, s, dtype, opts):
   assert rel_err(out, reference_f32(args)) < tol
 
 
+def test_default_splits_fill_a_wave_at_decode():
+  """The decode's default splits (pallas_triton.default_num_splits, RESULTS issue 6 sixth and seventeenth rounds):
+  one wave down to one key block of 64 per split when the keys are few, 8 blocks per split when they are many;
+  a tree (rows beyond one block) keeps at least 4 blocks per split."""
+  from custom_calls.mla_attention.pallas_triton import default_num_splits
+  decode = lambda b, keys: default_num_splits(b, 8, keys, block_m=16, block_k=64)
+  assert decode(1, 8192) == 128 and decode(1, 32768) == 132 and decode(1, 131072) == 256
+  assert decode(1, 1024) == 16 and decode(1, 32) == 1 and decode(8, 32768) == 64
+  assert default_num_splits(1, 64 * 8, 32768, block_m=64, block_k=64) == 17          # 8 row blocks: one wave
+  assert default_num_splits(1, 64 * 8, 2048, block_m=64, block_k=64) == 8            # capped at 4 blocks a split
+
+
 def test_edge_lengths_and_padding_rows():
   """cache_len 0 and S - T (a full buffer); a query row whose mask is all false gives zeros."""
   b, t, h, s = 2, 6, 4, 80

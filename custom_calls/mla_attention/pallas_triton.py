@@ -110,15 +110,18 @@ def default_num_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=1
   """Enough programs for about one wave of the chip, but at least 4 key blocks per split.
 
   Decode (one row block of at most 32 rows, i.e. a few heads of one token) is memory-bound and its partial
-  outputs are tiny, so it splits further, down to DECODE_KEYS_PER_SPLIT_BLOCKS blocks per split: on the H200
-  (issue 6, sixth round) 1 x 8 heads x 128K took 0.071 ms at 264 splits against 0.090 at 132 (one wave), and
-  8 x 8 heads x 32K 0.112 ms at 66 splits against 0.130 at 17."""
+  outputs are tiny, so it splits further: up to DECODE_KEYS_PER_SPLIT_BLOCKS blocks per split when the keys are
+  many (H200, issue 6 sixth round: 1 x 8 heads x 128K 0.071 ms at 264 splits against 0.090 at 132, one wave;
+  8 x 8 heads x 32K 0.112 ms at 66 splits against 0.130 at 17), and down to one block per split to fill a wave
+  when they are few (H100, seventeenth round: 1 x 8 heads x 8K 0.014 ms at 128 splits of one block against
+  0.021 at 32 of four, 0.016 at 64; 32K 0.028 at 128 splits against 0.030 at 256 and 0.034 at 512)."""
   row_blocks = pl.cdiv(num_rows, block_m)
   programs = batch * row_blocks
   max_splits = max(1, num_keys // (4 * block_k))
   want = pl.cdiv(num_sms, programs) if programs < num_sms else 1
   if row_blocks == 1 and block_m <= 32:
     want = max(want, num_keys // (DECODE_KEYS_PER_SPLIT_BLOCKS * block_k))
+    max_splits = max(1, num_keys // block_k)
   return int(max(1, min(want, max_splits)))
 
 

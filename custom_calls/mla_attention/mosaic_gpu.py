@@ -142,11 +142,9 @@ def default_num_splits(batch, num_rows, num_keys, num_sms=_NUM_SMS):
   pairs per split. H200, issue 6 seventh round: 8 x 16 x 64 heads x 4K (128 tiles) 0.211 ms unsplit against
   0.235 at 2 splits; 1 x 257 x 8 x 32K (33 tiles) 0.375 at 4 against 0.655 at 2 and 0.402 at 8;
   1 x 64 x 8 x 32K (8 tiles) 0.129 at 17 against 0.188 at 8 and 0.146 at 34; 1 x 1 x 64 x 128K 0.097 at 132
-  against 0.120 at 66 and 0.118 at 264. Decode (one row tile a sequence) goes down to one pair a split to fill the
-  wave: H100, seventeenth round, 1 x 1 x 64 x 8K 0.021 ms at 64 splits against 0.023 at 32 and 0.024 at 128."""
-  row_tiles = pl.cdiv(num_rows, BM)
-  programs = batch * row_tiles
-  max_splits = max(1, num_keys // PAIR if row_tiles == 1 else (num_keys // PAIR) // 2)
+  against 0.120 at 66 and 0.118 at 264."""
+  programs = batch * pl.cdiv(num_rows, BM)
+  max_splits = max(1, (num_keys // PAIR) // 2)
   return int(max(1, min(num_sms // programs, max_splits)))
 
 

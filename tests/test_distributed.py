@@ -3,6 +3,7 @@ loopback address (the CLIs' start-up: cli/distributed.py flags, `--mesh=1x8`: th
 processes), generate with ar, dflash and ddtree (budget 4) on the embedded default model, and produce the
 tokens of one process on one device. One pair of processes runs all three modes (this file is the worker).
 And `ddtree-convert --mesh=1x8` over two processes writes the checkpoint that one process reads back exactly."""
+import concurrent.futures
 import json
 import os
 import re
@@ -40,10 +41,13 @@ def _run_pair(cmd, timeout=900, stdin_0=None):
                             env=_env(4), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             stdin=subprocess.PIPE if i == 0 and stdin_0 is not None else subprocess.DEVNULL)
            for i in range(2)]
-  outs = []
-  for i, p in enumerate(procs):
+  # Both pipes drained at once: a process that fills its pipe while the other is drained would block, and its
+  # partner with it in their next collective.
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    pending = [pool.submit(p.communicate, input=stdin_0 if i == 0 else None, timeout=timeout)
+               for i, p in enumerate(procs)]
     try:
-      outs.append(p.communicate(input=stdin_0 if i == 0 else None, timeout=timeout))
+      outs = [f.result() for f in pending]
     except subprocess.TimeoutExpired:
       for q in procs:
         q.kill()

@@ -107,7 +107,7 @@ DECODE_KEYS_PER_SPLIT_BLOCKS = 8   # decode: key blocks per split (H200 sweeps: 
 
 
 def default_num_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=132):
-  """Enough programs for about one wave of the chip, but at least 4 key blocks per split.
+  """Enough programs for about one wave of the chip, but at least 4 key blocks per split (decode: at least one).
 
   Decode (one row block of at most 32 rows, i.e. a few heads of one token) is memory-bound and its partial
   outputs are tiny, so it splits further: up to DECODE_KEYS_PER_SPLIT_BLOCKS blocks per split when the keys are
@@ -117,11 +117,11 @@ def default_num_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=1
   0.021 at 32 of four, 0.016 at 64; 32K 0.028 at 128 splits against 0.030 at 256 and 0.034 at 512)."""
   row_blocks = pl.cdiv(num_rows, block_m)
   programs = batch * row_blocks
-  max_splits = max(1, num_keys // (4 * block_k))
+  decode = row_blocks == 1 and block_m <= 32
+  max_splits = max(1, num_keys // (block_k if decode else 4 * block_k))
   want = pl.cdiv(num_sms, programs) if programs < num_sms else 1
-  if row_blocks == 1 and block_m <= 32:
+  if decode:
     want = max(want, num_keys // (DECODE_KEYS_PER_SPLIT_BLOCKS * block_k))
-    max_splits = max(1, num_keys // block_k)
   return int(max(1, min(want, max_splits)))
 
 

@@ -439,6 +439,11 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
       best = None
       with_default = not kernels or "default" in kernels or bool(configs)
       for cfg in ([dict(kernel="default")] if with_default else []) + sweep.get(m, []):
+        # The budget is checked before every config (each costs seconds of compile), not only between rows, so
+        # that a row with many configs ends before an outer timeout and what was timed is logged and kept.
+        if time.time() - T0 > budget_s:
+          row.setdefault("configs", []).append(dict(cfg=cfg, error="skipped (time budget)"))
+          continue
         try:
           kw = {k: v for k, v in cfg.items() if k not in ("kernel", "k_chunk")}
           # k_chunk C: the same expert arrays in the k-chunked layout (custom_calls/moe_int4/k_chunks.py)
@@ -458,6 +463,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
           dt, blocking = timeit(fn, cfg_sets, with_blocking=True)
           rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking)
           row.setdefault("configs", []).append(rec)
+          log(f"  moe M={m} {cfg}: {dt * 1e3:.4f} ms (blocking {blocking * 1e3:.4f}) err {err:.1e}")
           if err < 2e-2 and (best is None or dt < best["time_s"]):
             best = rec
         except Exception as e_:  # noqa: BLE001

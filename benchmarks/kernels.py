@@ -56,6 +56,12 @@ def log(*a):
   print(f"[{time.time() - T0:7.1f}s]", *a, flush=True)
 
 
+def over_budget(budget_s):
+  """The run's time budget is spent. Checked before every shape or row and before every config of one (each
+  costs seconds of compile), so that a run ends before an outer timeout with what was timed logged and kept."""
+  return time.time() - T0 > budget_s
+
+
 # Programs queued back to back per timing sample (see _per_call_median). --smoke sets 1: a Mosaic GPU kernel in
 # interpret mode needs the CPU client's threads for itself (custom_calls/mla_attention/mosaic_gpu.py).
 QUEUED = 8
@@ -236,7 +242,7 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
     sweep = {k: [c for c in v if c.get("kernel") == "mosaic"] for k, v in sweep.items()}
   interp = smoke
   for (b, t, h, s) in shapes:
-    if time.time() - T0 > budget_s:
+    if over_budget(budget_s):
       RESULTS["errors"].append(f"mla {(b, t, h, s)}: skipped (time budget)")
       continue
     row = {"B": b, "T": t, "H": h, "ctx": s}
@@ -256,6 +262,9 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
       configs = [dict(kernel="default")] + sweep.get((b, t, h, s), [])
       best = None
       for cfg in configs:
+        if over_budget(budget_s):
+          row.setdefault("configs", []).append(dict(cfg=cfg, error="skipped (time budget)"))
+          continue
         try:
           kw = {k: v for k, v in cfg.items() if k != "kernel"}
           if cfg.get("kernel") == "default":          # the dispatch the model runs
@@ -419,7 +428,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
                                                                                        wgmma_order=wgmma_order)),)
     return chunked_experts["mosaic", wgmma_order]
   for m in ms:
-    if time.time() - T0 > budget_s:
+    if over_budget(budget_s):
       RESULTS["errors"].append(f"moe M={m}: skipped (time budget)")
       continue
     row = {"M": m, "E": e, "D": d, "I": inter}
@@ -439,9 +448,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
       best = None
       with_default = not kernels or "default" in kernels or bool(configs)
       for cfg in ([dict(kernel="default")] if with_default else []) + sweep.get(m, []):
-        # The budget is checked before every config (each costs seconds of compile), not only between rows, so
-        # that a row with many configs ends before an outer timeout and what was timed is logged and kept.
-        if time.time() - T0 > budget_s:
+        if over_budget(budget_s):
           row.setdefault("configs", []).append(dict(cfg=cfg, error="skipped (time budget)"))
           continue
         try:

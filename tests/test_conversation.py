@@ -1,5 +1,10 @@
 """ddtree-generate --interactive's turns (ddtree_jax/cli/conversation.py): commands, prompts without and with the
-chat history."""
+chat history; and `ddtree-generate --interactive --chat` end to end on the embedded default model."""
+import os
+import re
+import subprocess
+import sys
+
 import pytest
 
 from ddtree_jax.checkpoint.tokenizer import chat_prompt
@@ -54,3 +59,26 @@ def test_the_random_fallbacks_byte_tokenizer_takes_a_conversation():
   messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
   assert tok.decode(tok.encode_chat(messages)) == "user: hi\nassistant: yo\nassistant: "
   assert tok.encode_chat("hi") == tok.encode("user: hi\nassistant: ")
+
+
+def test_interactive_chat_end_to_end_on_the_embedded_model():
+  """Three turns and a /reset through the CLI: each turn's prompt is the conversation so far in the chat format
+  (its length in tokens, from the turn's summary line, is that of the tokenizer's chat encoding of the turns
+  printed so far), and after /reset the first line gets the first reply again (greedy). The stop string "\\n"
+  keeps every reply on one line of stdout (the embedded model writes Python)."""
+  from ddtree_jax.checkpoint.tokenizer import load_tokenizer
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, PYTHONPATH=root, JAX_PLATFORMS="cpu")
+  r = subprocess.run([sys.executable, "-m", "ddtree_jax.cli.generate", "--interactive", "--chat", "--mode=ddtree",
+                      "--budget=4", "--max_new_tokens=8", "--stop=\n"], input="def f(x):\nand then?\n/reset\ndef f(x):\n",
+                     capture_output=True, text=True, env=env, cwd=root, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  replies = r.stdout.split("\n")
+  assert len(replies) == 4 and replies[3] == "", r.stdout          # three replies, each ended by a newline
+  prompt_lengths = [int(n) for n in re.findall(r"rounds after a (\d+)-token prompt", r.stderr)]
+  assert "(conversation forgotten)" in r.stderr and len(prompt_lengths) == 3, r.stderr[-3000:]
+  tok = load_tokenizer(os.path.join(root, "checkpoints", "default", "target"))
+  first = [{"role": "user", "content": "def f(x):"}]
+  second = first + [{"role": "assistant", "content": replies[0]}, {"role": "user", "content": "and then?"}]
+  assert prompt_lengths == [len(tok.encode_chat(first)), len(tok.encode_chat(second)), len(tok.encode_chat(first))]
+  assert replies[2] == replies[0] and prompt_lengths[1] > prompt_lengths[0]

@@ -360,8 +360,8 @@ def interactive(engine, cfg, tok, budget, sampling, stop_ids, stops, primary, sa
     write("\n")
     conversation.record(line, reply)
     s = r.stats()
-    say(f"[{len(r.token_ids)} tokens in {s['rounds']} rounds, tau {s['tau']:.2f}, {s['tokens_per_s']:.1f} tokens/s; "
-        f"{s['stop_reason']}]")
+    say(f"[{len(r.token_ids)} tokens in {s['rounds']} rounds after a {len(ids)}-token prompt, tau {s['tau']:.2f}, "
+        f"{s['tokens_per_s']:.1f} tokens/s; {s['stop_reason']}]")
     turn += 1
   return 0
 

@@ -63,7 +63,7 @@ def curves(bench_path):
 def main(argv=None):
   ap = argparse.ArgumentParser()
   ap.add_argument("--refit", action="store_true", help="refit configs/cost_h200.json from --slice_json")
-  ap.add_argument("--slice_json", default="benchmarks/results/k26_slice_h200_r14.json")
+  ap.add_argument("--slice_json", default="benchmarks/results/k26_slice_h200_r19.json")
   ap.add_argument("--bench_json", default="benchmarks/results/default_model/bench.json")
   ap.add_argument("--cost", default=cm.DEFAULT_PATH)
   ap.add_argument("--impl", default="pallas")

@@ -59,8 +59,6 @@ MOE_KERNELS = {
                                                                rank_in_kernel=True),
     "gemv_down_options": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, block_k_down=128,
                                                              num_warps_down=8),
-    "gemv_l2_prefetch_down": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=4,
-                                                                 l2_prefetch_down=True),
     "grouped": lambda *a: routed_experts_int4_pallas(*a, 0),
     "grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256),
     "grouped_f32_planes": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256, exact_bf16=False),
@@ -87,23 +85,6 @@ def test_moe_gemv_down_kernel_options_reach_its_launch():
   (gate_up_k, down_k), warps_k = lowered(block_k_down=128, num_warps_down=8)
   assert "tensor<8x64xi32>" not in down_k and "tensor<8x16xi32>" in down_k and gate_up_k == gate_up
   assert warps_k == ["4", "8"]
-
-
-def test_moe_gemv_l2_prefetch_down_keeps_its_loads():
-  """l2_prefetch_down's reads of the down expert are used only by a store that never happens (_sink); without it
-  JAX would drop them as unused loads. The gate/up kernel gains the evict-last loads of the words and the scales
-  (a [chunk] tile each, once per unrolled pair at one token); the down kernel is unchanged."""
-  def lowered(**kw):
-    modules = []
-    lower_for_abstract_gpu(lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, **kw), *moe_args(1),
-                           on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
-    return modules
-  (gate_up, down), (gate_up_l2, down_l2) = lowered(), lowered(l2_prefetch_down=True)
-  assert "evict_last" not in gate_up and down_l2 == down
-  # D 1024 x I/8 64 words per expert over 128 column tiles of 4: 512-word slices; scales 1024 x 16 / 128 = 128
-  words = [l for l in gate_up_l2.splitlines() if "evict_last" in l and "tensor<512x!tt.ptr<i32>>" in l]
-  scales = [l for l in gate_up_l2.splitlines() if "evict_last" in l and "tensor<128x!tt.ptr<bf16>>" in l]
-  assert len(words) == len(scales) == 8, (len(words), len(scales))       # top-8 pairs of the one token, unrolled
 
 
 def test_moe_gemv_rank_in_kernel_lowers_for_pair_counts_not_powers_of_two():

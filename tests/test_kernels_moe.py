@@ -194,33 +194,6 @@ def test_gemv_prefetch_gives_the_same_bits(prefetch, opts, chunk):
   assert rel_err(ahead, reference_f32(x, ids, w, stored, 3)) < 1e-5
 
 
-@pytest.mark.parametrize("n,d,opts,chunk", [
-    (1, 512, dict(block_k=128), None),                        # token order, pairs unrolled; stored layout
-    (3, 384, dict(block_k=128, pair_splits=3), 128),          # compacted visits, k-chunked; D 384: the last slice
-                                                              # of the flat down words is partial, some programs' past the end
-    (2, 512, dict(block_k=128, pair_splits=2, rank_in_kernel=True), None),   # ranked visits
-    (4, 512, dict(block_k=128, sort_pairs=True, rows_per_run=2), None),      # sorted runs (atomic down)
-])
-def test_gemv_l2_prefetch_down_gives_the_same_bits(n, d, opts, chunk):
-  """The gate/up kernel's reads of the down experts for L2 change what is in the cache, not what is computed."""
-  from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
-  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
-  x, ids, w, stored = make_inputs(27, n, 3, 12, 6, d, 256, jnp.float32)
-  ids = ids.at[:, 0].set(3 + jnp.arange(n) % 6)            # every token has a local expert (3..8) to prefetch
-  experts = experts_to_k_chunks(stored, chunk) if chunk else stored
-  plain = routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, **opts)
-  warmed = routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, l2_prefetch_down=True, **opts)
-  np.testing.assert_array_equal(np.asarray(warmed), np.asarray(plain))
-  assert rel_err(warmed, reference_f32(x, ids, w, stored, 3)) < 1e-5
-
-
-def test_prefetch_chunk_covers_every_element_with_one_slice_a_program():
-  from custom_calls.moe_int4.pallas_gemv import prefetch_chunk
-  for total, programs in ((7168 * 256, 512), (7168 * 64, 512), (384 * 32, 64), (5, 8), (1000, 3)):
-    chunk = prefetch_chunk(total, programs)
-    assert chunk & (chunk - 1) == 0 and chunk * programs >= total and (chunk // 2) * programs < total
-
-
 @pytest.mark.parametrize("n,opts", [
     (1, dict(block_k=128)),                                   # token order: both kernels' pair loops unrolled
     (3, dict(block_k=128, pair_splits=3)),                    # compacted visits; the down kernel's top-k unrolled

@@ -24,10 +24,6 @@ per SM on an H200). In token order this path has no routing sort and no atomics:
 - Where the pairs' count is static, the pair loops are straight-line code (`unroll_pairs`, the default up to
   8 tokens), so that the expert ids are independent loads; with 4 warps (default) this made 1-6 tokens 6-11%
   faster on the H200 (issue 6 fifteenth round).
-- Optionally (`l2_prefetch_down`) the gate/up kernel also reads the down expert of every local pair it visits, a
-  slice per column tile, with volatile loads whose values are never used (evict-last): the reads are issued while
-  the gate/up tiles are reduced, and the down kernel, whose one-token programs wait on dependent loads, then finds
-  its words and scales in L2 instead of HBM.
 - Optionally (`sort_pairs`) both kernels visit the local pairs sorted by expert (one XLA argsort), and runs
   of up to `rows_per_run` pairs of one expert share one dequantised tile; the down kernel then adds into a
   zeroed fp32 output with atomics. On the H200 this lost to the grouped tensor-core kernels from 64
@@ -176,28 +172,8 @@ def _local_ranks(ids_ref, expert_offset, num_local):
   return idx, e, local, rank, jnp.sum(local.astype(jnp.int32))
 
 
-def _prefetch_slice(flat_ref, e, j, chunk):
-  """Issues the read of slice j (`chunk` elements, masked at the end) of expert e's row of flat_ref [E, total], with
-  the evict-last policy, and returns the loaded [chunk] tile for `_sink`. Slices past the end read nothing."""
-  total = flat_ref.shape[1]
-  idx = j * chunk + jnp.arange(chunk, dtype=jnp.int32)
-  return plgpu.load(flat_ref.at[e, pl.ds(j * chunk, chunk)], mask=idx < total, eviction_policy="evict_last")
-
-
-def _sink(sink_ref, tile, never):
-  """A store of tile into sink_ref [chunk] under a mask that is False at run time (`never`, a loaded scalar the
-  compiler cannot fold): it writes nothing, but keeps the load that made `tile` (an unused load is removed).
-  The program waits for that load here, so this goes after the work it should overlap."""
-  plgpu.store(sink_ref, tile, mask=jnp.broadcast_to(never, tile.shape))
-
-
-def prefetch_chunk(total, programs):
-  """The power-of-two slice length that lets `programs` programs cover `total` elements, one slice each."""
-  return next_pow2(-(-total // programs))
-
-
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
-                    pair_splits, prefetch, unroll_pairs, l2_prefetch_down):
+                    pair_splits, prefetch, unroll_pairs):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -210,22 +186,14 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
   xp: f32 [N, 8 * D/8] planes, pre-scaled;
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
   pairs unwritten).
-  l2_prefetch_down: two more inputs before hp, the down words and scales flat per expert ([E, D * I/8] int32,
-  [E, D * I/g]), and two more outputs after it, their never-written sinks ([chunk] each); program (j, .) reads
-  slice j of each (`_prefetch_slice`) for every local pair it visits.
   """
-  flat_refs = sink_refs = ()
-  if l2_prefetch_down:
-    *refs, dw_flat_ref, ds_flat_ref, hp_ref, sw_ref, ss_ref = refs
-    refs, flat_refs, sink_refs = (*refs, hp_ref), (dw_flat_ref, ds_flat_ref), (sw_ref, ss_ref)
   if visits == "order":
     consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count = count_ref[0]
   else:
     consts_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count, order_ref = ids_ref.shape[0], None
-  tile = pl.program_id(0)                                       # read here: the interpreter has no program_id in a when
-  n0 = tile * block_n
+  n0 = pl.program_id(0) * block_n
   chunks = xp_ref.shape[1] // block_k
   cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
   h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
@@ -234,8 +202,6 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     """h of the run's pairs (in_run[r]: pair r belongs to the run; in_run[0]: the run's expert is local)."""
     @pl.when(in_run[0])
     def _():
-      # issued first: in flight while this program reduces its gate/up tiles, sunk after them
-      prefetched = [_prefetch_slice(f, e, tile, sink.shape[0]) for f, sink in zip(flat_refs, sink_refs)]
       g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
                                   [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
                                   block_k=block_k, group_size=group_size, prefetch=prefetch)  # R x [BN] each
@@ -243,8 +209,6 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
         h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
         h = h.astype(jnp.float32) * plane_scale(cols)                    # the float32 planes carry the 2**-e
         plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
-      for sink, loaded in zip(sink_refs, prefetched):
-        _sink(sink, loaded, consts_ref[1] != MAGIC)
 
   if visits == "ranked":
     idx, local_e, local, rank, count = _local_ranks(ids_ref, consts_ref[0], num_local)
@@ -364,13 +328,12 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
                                              "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
-                                             "rank_in_kernel", "l2_prefetch_down", "interpret"))
+                                             "rank_in_kernel", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
-                             block_k_down=None, num_warps_down=None, rank_in_kernel=False, l2_prefetch_down=False,
-                             interpret=False):
+                             block_k_down=None, num_warps_down=None, rank_in_kernel=False, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -393,8 +356,6 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   rank_in_kernel: with pair_splits > 1 in token order, every gate/up program ranks the local pairs itself (one
   load of the expert ids and comparisons, up to RANK_IN_KERNEL_MAX_PAIRS pairs) instead of visiting an order
   array made by XLA (a compaction and an argsort, two kernels before it). Same results.
-  l2_prefetch_down: the gate/up kernel reads each visited local pair's down expert into L2 for the down kernel
-  (unused volatile loads, one slice per column tile; module docstring). Same results; GPU timing only.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -458,19 +419,15 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   common_down = dict(common, block_k=block_k_down)
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
   xp = activation_planes(x).reshape(n, d)                                 # f32 planes, pre-scaled
-  # l2_prefetch_down: the down words and scales of each expert as one flat row (either layout; a free reshape)
-  prefetch_args = (down_packed.reshape(e, -1), down_scale.reshape(e, -1)) if l2_prefetch_down else ()
-  sinks = tuple(jax.ShapeDtypeStruct((prefetch_chunk(f.shape[1], inter // block_n),), f.dtype) for f in prefetch_args)
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, visits="token_order" if in_token_order else "ranked" if rank_in_kernel
                         else "order", block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
-                        unroll_pairs=unroll and in_token_order and rows_per_run == 1,
-                        l2_prefetch_down=l2_prefetch_down, **common),
+                        unroll_pairs=unroll and in_token_order and rows_per_run == 1, **common),
       grid=(inter // block_n, pair_splits),
-      out_shape=(jax.ShapeDtypeStruct((p, inter), jnp.float32), *sinks),
+      out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
-  )(consts, *order_args, ids, xp, gate_packed, gate_scale, up_packed, up_scale, *prefetch_args)[0]
+  )(consts, *order_args, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
 
   if not sort_pairs:
     return pl.pallas_call(

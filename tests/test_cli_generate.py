@@ -9,6 +9,7 @@ import pytest
 
 from configs.tiny import tiny, tiny_drafter
 from ddtree_jax.checkpoint.synthetic import write_drafter_checkpoint, write_target_checkpoint
+from tests.generate_cli import run_generate as run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,12 +23,6 @@ def dirs(tmp_path_factory):
   bad = write_drafter_checkpoint(str(base / "bad_drafter"),
                                  tiny_drafter(tiny(vocab_size=512), block_size=4))
   return target, drafter, bad
-
-
-def run_cli(*args, stdin=None):
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-  return subprocess.run([sys.executable, "-m", "ddtree_jax.cli.generate", *args], capture_output=True, text=True,
-                        env=env, cwd=ROOT, timeout=600, input=stdin)
 
 
 def test_generate_json_all_modes_agree(dirs, tmp_path):

@@ -2,13 +2,12 @@
 chat history; and `ddtree-generate --interactive --chat` end to end on the embedded default model."""
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from ddtree_jax.checkpoint.tokenizer import chat_prompt
 from ddtree_jax.cli.conversation import Conversation
+from tests.generate_cli import ROOT, run_generate
 
 
 class Recorder:
@@ -67,17 +66,14 @@ def test_interactive_chat_end_to_end_on_the_embedded_model():
   printed so far), and after /reset the first line gets the first reply again (greedy). The stop string "\\n"
   keeps every reply on one line of stdout (the embedded model writes Python)."""
   from ddtree_jax.checkpoint.tokenizer import load_tokenizer
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, PYTHONPATH=root, JAX_PLATFORMS="cpu")
-  r = subprocess.run([sys.executable, "-m", "ddtree_jax.cli.generate", "--interactive", "--chat", "--mode=ddtree",
-                      "--budget=4", "--max_new_tokens=8", "--stop=\n"], input="def f(x):\nand then?\n/reset\ndef f(x):\n",
-                     capture_output=True, text=True, env=env, cwd=root, timeout=600)
+  r = run_generate("--interactive", "--chat", "--mode=ddtree", "--budget=4", "--max_new_tokens=8", "--stop=\n",
+                   stdin="def f(x):\nand then?\n/reset\ndef f(x):\n")
   assert r.returncode == 0, r.stderr[-3000:]
   replies = r.stdout.split("\n")
   assert len(replies) == 4 and replies[3] == "", r.stdout          # three replies, each ended by a newline
   prompt_lengths = [int(n) for n in re.findall(r"rounds after a (\d+)-token prompt", r.stderr)]
   assert "(conversation forgotten)" in r.stderr and len(prompt_lengths) == 3, r.stderr[-3000:]
-  tok = load_tokenizer(os.path.join(root, "checkpoints", "default", "target"))
+  tok = load_tokenizer(os.path.join(ROOT, "checkpoints", "default", "target"))
   first = [{"role": "user", "content": "def f(x):"}]
   second = first + [{"role": "assistant", "content": replies[0]}, {"role": "user", "content": "and then?"}]
   assert prompt_lengths == [len(tok.encode_chat(first)), len(tok.encode_chat(second)), len(tok.encode_chat(first))]

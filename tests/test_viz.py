@@ -1,15 +1,12 @@
 """viz: the tree picture (PNG, colouring of the accepted path), round traces, ddtree-generate --trace_dir."""
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from ddtree_jax.viz import RoundTrace, node_roles, plot_tree, token_label, tracing
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.generate_cli import run_generate as run_cli
 
 
 def hand_tree():
@@ -92,12 +89,6 @@ def test_tracing_keeps_tokens_and_matches_rounds(random_engine, mode, temperatur
     assert [len(t.path) for t in mine][:-1] == r.accepted_per_round[:-1]
     for t in mine:
       node_roles(t.parents, t.valid, t.path)                # a valid root-first chain
-
-
-def run_cli(*args):
-  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
-  return subprocess.run([sys.executable, "-m", "ddtree_jax.cli.generate", *args], capture_output=True, text=True,
-                        env=env, cwd=ROOT, timeout=600)
 
 
 def test_generate_trace_dir_same_tokens(tmp_path):

@@ -39,7 +39,6 @@ from custom_calls.moe_int4 import routed_experts_int4
 from custom_calls.moe_int4.mosaic_experts import routed_experts_int4_mosaic
 from custom_calls.moe_int4.mosaic_layout import to_mosaic_layout
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
-from custom_calls.moe_int4.pallas_persistent import routed_experts_int4_persistent
 from custom_calls.moe_int4.pallas_triton import combine, default_blocks, route
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
@@ -333,8 +332,7 @@ def ragged_bf16_moe(x, ids, w, wg, wu, wd, *, e):
 
 MOE_KERNELS = {"gemv": routed_experts_int4_gemv,
                "grouped": routed_experts_int4_pallas,
-               "mosaic": routed_experts_int4_mosaic,     # tensor cores, <= 16 tokens; its own layout; not dispatched
-               "persistent": routed_experts_int4_persistent}   # one launch with a grid barrier, <= 8 tokens
+               "mosaic": routed_experts_int4_mosaic}     # tensor cores, <= 16 tokens; its own layout; not dispatched
 
 
 def gemv_sweep(m):

@@ -7,6 +7,7 @@ nvdisasm and cuobjdump for sm_90):
      its Triton IR written to DIR:
        .venv/bin/python benchmarks/sass_report.py lower --kernel mla --shape 1,257,8,32768 --out /tmp/sass
        .venv/bin/python benchmarks/sass_report.py lower --kernel moe_gemv --tokens 1 --out /tmp/sass
+       .venv/bin/python benchmarks/sass_report.py lower --kernel moe_gemv --tokens 1 --k_chunk 256 --out /tmp/sass_kc
        .venv/bin/python benchmarks/sass_report.py lower --kernel mla_combine --shape 1,128,64,bfloat16 --out /tmp/c
   2. compile (any Python with `pip install triton==3.6.0`, the GPU machine's Triton; no GPU needed):
        python benchmarks/sass_report.py compile --dir /tmp/sass --num_warps 8 --num_stages 2
@@ -56,13 +57,17 @@ def lower(args):
     kw.setdefault("combine", "xla")   # the attention kernel's module only (not the split combine's, 4 warps)
     fn = lambda *a: mla_attention_pallas(*a, scale=0.1, **kw)
   else:
+    from custom_calls.moe_int4.k_chunks import to_k_chunks
     from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
     from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
     e, d, inter, n = 48, 7168, 2048, args.tokens       # the K2.6 per-GPU expert shard
-    shapes = (S((n, d), jnp.bfloat16), S((n, 8), jnp.int32), S((n, 8), jnp.float32),
-              S((e, inter, d // 8), jnp.int32), S((e, inter, d // 32), jnp.bfloat16),
-              S((e, inter, d // 8), jnp.int32), S((e, inter, d // 32), jnp.bfloat16),
-              S((e, d, inter // 8), jnp.int32), S((e, d, inter // 32), jnp.bfloat16))
+    experts = []
+    for rows, cols in ((inter, d), (inter, d), (d, inter)):
+      words, scales = S((e, rows, cols // 8), jnp.int32), S((e, rows, cols // 32), jnp.bfloat16)
+      if args.k_chunk:                                 # the layout the engine gives the kernels on a GPU
+        words, scales = jax.eval_shape(lambda w, s: to_k_chunks(w, s, args.k_chunk), words, scales)
+      experts += [words, scales]
+    shapes = (S((n, d), jnp.bfloat16), S((n, 8), jnp.int32), S((n, 8), jnp.float32), *experts)
     kernel = routed_experts_int4_gemv if args.kernel == "moe_gemv" else routed_experts_int4_pallas
     fn = lambda *a: kernel(*a, 0, **kw)
   lower_for_abstract_gpu(fn, *shapes, on_module=dump)
@@ -115,6 +120,7 @@ def main():
   lo.add_argument("--kernel", choices=["mla", "mla_combine", "moe_gemv", "moe_grouped"], required=True)
   lo.add_argument("--shape", default="1,257,8,32768", help="mla: B,T,H,S; mla_combine: B,splits,rows,dtype")
   lo.add_argument("--tokens", type=int, default=1, help="moe: tokens (one local expert each at most)")
+  lo.add_argument("--k_chunk", type=int, default=0, help="moe: k-chunk the expert arrays (k_chunks.py) by this")
   lo.add_argument("--kwargs", default="", help="extra kernel keyword arguments, e.g. 'block_n=8, sort_pairs=True'")
   lo.add_argument("--out", required=True)
   co = sub.add_parser("compile")

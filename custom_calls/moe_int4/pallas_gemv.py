@@ -47,20 +47,15 @@ from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, ch
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 from custom_calls.pow2 import is_pow2, next_pow2
 
-PLANE_SCALES = [2.0 ** -(4 * (j % 4)) for j in range(8)]     # nibbles.plane_scale(j) as Python floats
 
-
-def tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
-              prefetch=0, act_from_x=False):
+def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
+               prefetch=0):
   """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
   nibble planes (plane j at columns [j*K/8, (j+1)*K/8)); act_rows / act_ok: R scalars (i32 row, bool: row r's
   result is used; act_rows[0] must be a valid row);
   magic: nibbles.MAGIC as a runtime scalar (see nibbles.nibble_planes).
-  act_from_x: act_ref is the activations as given, [rows, K] in any float dtype, and each thread makes the planes
-  of its own words from them (the 8 inputs of a word are 16 contiguous bytes of a bf16 row; converted to f32 and
-  scaled by 2**-e_j in registers), so that no XLA kernel lays out the planes before this one.
   Returns [[BN] per row] per mat. Every row shares one dequantisation of the [BN, BK/8] word tile.
 
   With k-chunked words and block_k above the chunk every tile is [NC, BN, C/8] instead (NC = block_k / C).
@@ -103,9 +98,6 @@ def tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, bloc
 
   def load_acts(c):
     kw0 = c * bk8
-    if act_from_x:                                   # plane j of word w: x[8w + j] * 2**-e_j (exact)
-      return [[act_ref[row, (cols + kw0) * 8 + j].astype(jnp.float32) * PLANE_SCALES[j] for j in range(8)]
-              for row in safe_rows]
     return [[act_ref[row, cols + (j * k8 + kw0)] for j in range(8)] for row in safe_rows]   # R x 8 x cols' shape
 
   def load(c):
@@ -180,28 +172,8 @@ def _local_ranks(ids_ref, expert_offset, num_local):
   return idx, e, local, rank, jnp.sum(local.astype(jnp.int32))
 
 
-def gate_up_run(pairs, in_run, e, *, n0, x_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, magic, top_k, block_n,
-                block_k, group_size, h_dtype, prefetch, act_from_x):
-  """Columns [n0, n0 + BN) of h = silu(x W_gate[e]^T) * (x W_up[e]^T) for a run of pairs of local expert e (pairs:
-  R pair indices, in_run[r]: pair r belongs to the run; in_run[0]: the run's expert is local; nothing is done
-  otherwise), written into hp (f32 [P, I] in the planes layout, pre-scaled) at the pairs' rows.
-  x_ref: the activation planes (xp) or, with act_from_x, x as given (tile_gemv)."""
-  cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
-  h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
-
-  @pl.when(in_run[0])
-  def _():
-    g_rows, u_rows = tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, x_ref, [p // top_k for p in pairs],
-                               in_run, x_ref.shape[1] // block_k, magic, block_n=block_n, block_k=block_k,
-                               group_size=group_size, prefetch=prefetch, act_from_x=act_from_x)  # R x [BN] each
-    for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
-      h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
-      h = h.astype(jnp.float32) * plane_scale(cols)                    # the float32 planes carry the 2**-e
-      plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
-
-
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
-                    pair_splits, prefetch, unroll_pairs, act_from_x):
+                    pair_splits, prefetch, unroll_pairs):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -211,7 +183,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
   refs: consts, count, order, ids, xp, gw, gs, uw, us, hp; without count and order unless visits == "order".
   consts: [2] i32 (expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each position;
   ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
-  xp: f32 [N, 8 * D/8] planes, pre-scaled (with act_from_x: x [N, D] as given);
+  xp: f32 [N, 8 * D/8] planes, pre-scaled;
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
   pairs unwritten).
   """
@@ -222,10 +194,21 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     consts_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count, order_ref = ids_ref.shape[0], None
   n0 = pl.program_id(0) * block_n
-  gemv_run = functools.partial(gate_up_run, n0=n0, x_ref=xp_ref, gw_ref=gw_ref, gs_ref=gs_ref, uw_ref=uw_ref,
-                               us_ref=us_ref, hp_ref=hp_ref, magic=consts_ref[1], top_k=top_k, block_n=block_n,
-                               block_k=block_k, group_size=group_size, h_dtype=h_dtype, prefetch=prefetch,
-                               act_from_x=act_from_x)
+  chunks = xp_ref.shape[1] // block_k
+  cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
+  h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
+
+  def gemv_run(pairs, in_run, e):
+    """h of the run's pairs (in_run[r]: pair r belongs to the run; in_run[0]: the run's expert is local)."""
+    @pl.when(in_run[0])
+    def _():
+      g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
+                                  [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
+                                  block_k=block_k, group_size=group_size, prefetch=prefetch)  # R x [BN] each
+      for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
+        h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
+        h = h.astype(jnp.float32) * plane_scale(cols)                    # the float32 planes carry the 2**-e
+        plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
 
   if visits == "ranked":
     idx, local_e, local, rank, count = _local_ranks(ids_ref, consts_ref[0], num_local)
@@ -253,31 +236,6 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
 
 
-def down_token_tile(t, n0, consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, *, top_k, num_local, block_n,
-                    block_k, group_size, prefetch, unroll_pairs):
-  """f32 [BN]: columns [n0, n0 + BN) of sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over token t's local pairs.
-  consts: [>= 2] i32 (expert offset, MAGIC); ids/wts: [P] (token-major); hp: [P, 8 * I/8] planes;
-  dw: int32 [E, D, I/8]; ds: [E, D, I/g] (or both k-chunked)."""
-  chunks = hp_ref.shape[1] // block_k
-
-  def pair(k, acc):
-    p = t * top_k + k
-    e = ids_ref[p] - consts_ref[0]
-
-    def add_pair():
-      ((y,),) = tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1],
-                          block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch)  # [BN]
-      return acc + wts_ref[p] * y
-    return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
-
-  acc = jnp.zeros((block_n,), jnp.float32)
-  if unroll_pairs:                       # straight-line code (the Triton lowering has no unrolled fori_loop)
-    for k in range(top_k):
-      acc = pair(k, acc)
-    return acc
-  return lax.fori_loop(0, top_k, pair, acc)
-
-
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
                        block_k, group_size, pair_splits, prefetch, unroll_pairs):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
@@ -286,11 +244,25 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
   ids/wts: [P] (token-major); hp: [P, 8 * I/8] planes; dw: int32 [E, D, I/8]; ds: [E, D, I/g]; out: [N, D].
   """
   n0 = pl.program_id(0) * block_n
+  chunks = hp_ref.shape[1] // block_k
 
   def token(t):
-    acc = down_token_tile(t, n0, consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, top_k=top_k,
-                          num_local=num_local, block_n=block_n, block_k=block_k, group_size=group_size,
-                          prefetch=prefetch, unroll_pairs=unroll_pairs)
+    def pair(k, acc):
+      p = t * top_k + k
+      e = ids_ref[p] - consts_ref[0]
+
+      def add_pair():
+        ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1],
+                             block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch)  # [BN]
+        return acc + wts_ref[p] * y
+      return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
+
+    acc = jnp.zeros((block_n,), jnp.float32)
+    if unroll_pairs:                       # straight-line code (the Triton lowering has no unrolled fori_loop)
+      for k in range(top_k):
+        acc = pair(k, acc)
+    else:
+      acc = lax.fori_loop(0, top_k, pair, acc)
     out_ref[t, pl.ds(n0, block_n)] = acc.astype(out_ref.dtype)
     return t + pair_splits
 
@@ -313,10 +285,10 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
 
     @pl.when(in_run[0])
     def _():
-      (y_rows,) = tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
+      (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
                              block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch)
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
-      # Rows past the run get weight 0 (their y is finite: tile_gemv reads a valid row for them).
+      # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
       for p, ok, y in zip(pairs, in_run, y_rows):
         plgpu.atomic_add(out_ref, (p // top_k, cols), y * jnp.where(ok, wts_ref[p], 0.0))
     return i + (length if pair_splits == 1 else pair_splits)
@@ -356,13 +328,12 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
                                              "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
-                                             "rank_in_kernel", "planes_in_kernel", "interpret"))
+                                             "rank_in_kernel", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
-                             block_k_down=None, num_warps_down=None, rank_in_kernel=False, planes_in_kernel=False,
-                             interpret=False):
+                             block_k_down=None, num_warps_down=None, rank_in_kernel=False, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -375,7 +346,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   expert share a dequantised tile. Defaults by token count (default_gemv_blocks). Returns [N, D] in x.dtype.
   pair_splits S: a second grid axis; program (j, s) visits positions s, s + S, ... (gate/up) and tokens s,
   s + S, ... (down), so that a few pairs still make S times the programs (needs rows_per_run 1).
-  prefetch: 0, 1 or 2 (tile_gemv: how far the K loop loads ahead).
+  prefetch: 0, 1 or 2 (_tile_gemv: how far the K loop loads ahead).
   unroll_pairs: visit the pairs in straight-line code where their number is static (the gate/up kernel in token
   order with runs of one pair; the down kernel's top-k pairs of a token), so that the expert ids are independent
   loads rather than one per loop trip. Same results. Defaults by token count (default_gemv_blocks).
@@ -385,9 +356,6 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   rank_in_kernel: with pair_splits > 1 in token order, every gate/up program ranks the local pairs itself (one
   load of the expert ids and comparisons, up to RANK_IN_KERNEL_MAX_PAIRS pairs) instead of visiting an order
   array made by XLA (a compaction and an argsort, two kernels before it). Same results.
-  planes_in_kernel: the gate/up kernel reads x as given and makes the activation planes in registers (tile_gemv's
-  act_from_x) instead of reading planes laid out by XLA before it (nibbles.activation_planes, a kernel of its own).
-  Same results.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -450,13 +418,12 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
                 prefetch=prefetch)
   common_down = dict(common, block_k=block_k_down)
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
-  xp = x if planes_in_kernel else activation_planes(x).reshape(n, d)     # f32 planes, pre-scaled
+  xp = activation_planes(x).reshape(n, d)                                 # f32 planes, pre-scaled
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, visits="token_order" if in_token_order else "ranked" if rank_in_kernel
                         else "order", block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
-                        unroll_pairs=unroll and in_token_order and rows_per_run == 1, act_from_x=planes_in_kernel,
-                        **common),
+                        unroll_pairs=unroll and in_token_order and rows_per_run == 1, **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",

@@ -1,3 +1,5 @@
+# Ran at commit 44d4980; the persistent kernel and planes_in_kernel were removed after this run (both slower at one
+# token, RESULTS twentieth round).
 # Issue 6, round 20 (session 25), call 1: the persistent few-token MoE kernel (pallas_persistent.py: gate/up, a
 # grid-wide barrier, down in one launch, activation planes made in registers) and the gemv reading x as given
 # (planes_in_kernel), against the dispatch's default on the same k-chunked experts, at one token. GPU tests first

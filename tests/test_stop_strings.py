@@ -114,3 +114,24 @@ def test_text_stream_prints_only_final_text_in_order(chunk):
     stream.finish(final)
     assert "".join(pieces) == final
     assert final == (text[:text.index(stop_list[0])] if stop_list else text)
+
+
+def test_text_stream_decodes_windows_and_prints_every_complete_character():
+  """After every update the printed text is the whole decoding less a trailing incomplete character (as decoding
+  everything would give), including invalid bytes inside the text; yet no decode sees more than the last few
+  updates' tokens, so a long request is not decoded again in full at each update."""
+  rng = np.random.default_rng(3)
+  for trial in range(40):
+    ids = encode("".join(rng.choice(ALPHABET, size=300)))
+    for at in rng.integers(0, len(ids), size=3):           # lone continuation or lead bytes: U+FFFD in the text
+      ids.insert(int(at), int(rng.choice([0x80, 0xE2])))
+    chunk = int(rng.integers(1, 8))
+    seen = []
+    pieces = []
+    stream = TextStream(lambda t: seen.append(len(t)) or decode(t), pieces.append)
+    for start in range(0, len(ids), chunk):
+      stream.add(ids[start:start + chunk])
+      assert "".join(pieces) == decode(ids[:start + chunk]).rstrip("\ufffd")
+    stream.finish(decode(ids))
+    assert "".join(pieces) == decode(ids)
+    assert max(seen) <= 4 * chunk + 8, (trial, chunk, max(seen))

@@ -57,6 +57,8 @@ MOE_KERNELS = {
                                                                    unroll_pairs=False),
     "gemv_rank_in_kernel": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=4,
                                                                rank_in_kernel=True),
+    "gemv_uncompacted_pair_splits": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=32,
+                                                                        compact_pairs=False),
     "gemv_down_options": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, block_k_down=128,
                                                              num_warps_down=8),
     "grouped": lambda *a: routed_experts_int4_pallas(*a, 0),

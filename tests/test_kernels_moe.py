@@ -282,3 +282,21 @@ def test_gemv_activation_planes():
   xp = np.asarray(activation_planes(x))                                  # [2, 8, 8]
   for j in range(8):
     np.testing.assert_array_equal(xp[:, j, :], np.asarray(x)[:, j::8] * 2.0 ** (-4 * (j % 4)))
+
+
+@pytest.mark.parametrize("n,splits", [(1, 8), (3, 9), (3, 24)])
+def test_gemv_uncompacted_pair_splits_give_the_same_bits(n, splits):
+  """compact_pairs=False: the gate/up programs stride over all pairs (no XLA compaction) and skip the remote ones;
+  the down kernel splits the tokens min(S, N) ways. The same sums as the compacted visits."""
+  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+  x, ids, w, experts = make_inputs(61 + n, n, 8, 16, 6, 512, 256, jnp.float32)
+  ids = ids.at[0, 1].set(ids[0, 0])                         # a token routed twice to one expert
+  assert np.any((np.asarray(ids) >= 3) & (np.asarray(ids) < 9)), "the test needs local pairs (experts 3..8)"
+  run = lambda compact: routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128,
+                                                 pair_splits=splits, compact_pairs=compact)
+  uncompacted = run(False)
+  np.testing.assert_array_equal(np.asarray(uncompacted), np.asarray(run(True)))
+  assert rel_err(uncompacted, reference_f32(x, ids, w, experts, 3)) < 1e-5
+  with pytest.raises(ValueError, match="cannot be combined with compact_pairs=False"):
+    routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128, pair_splits=splits,
+                             compact_pairs=False, rank_in_kernel=True)

@@ -328,12 +328,13 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
                                              "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
-                                             "rank_in_kernel", "interpret"))
+                                             "rank_in_kernel", "compact_pairs", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
-                             block_k_down=None, num_warps_down=None, rank_in_kernel=False, interpret=False):
+                             block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=True,
+                             interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -356,6 +357,10 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   rank_in_kernel: with pair_splits > 1 in token order, every gate/up program ranks the local pairs itself (one
   load of the expert ids and comparisons, up to RANK_IN_KERNEL_MAX_PAIRS pairs) instead of visiting an order
   array made by XLA (a compaction and an argsort, two kernels before it). Same results.
+  compact_pairs: with pair_splits > 1 in token order, the gate/up programs visit the local pairs compacted by XLA
+  (True, the default) or positions s, s + S, ... of all P = N * top_k pairs, skipping the remote ones (False: no
+  XLA kernel before the gate/up kernel; pair_splits = P gives each program one pair, most of them remote and
+  ending at once). Same results. The down kernel splits the tokens min(S, N) ways either way.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -398,11 +403,14 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   wts = expert_weights.reshape(p).astype(jnp.float32)
   off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
   consts = jnp.concatenate([off, jnp.full((1,), MAGIC, jnp.int32)])
-  in_token_order = not sort_pairs and pair_splits == 1
+  in_token_order = not sort_pairs and (pair_splits == 1 or not compact_pairs)
   if rank_in_kernel and (sort_pairs or pair_splits == 1 or p > RANK_IN_KERNEL_MAX_PAIRS):
     raise ValueError(f"routed_experts_int4_gemv: rank_in_kernel needs pairs in token order (sort_pairs False), "
                      f"pair_splits > 1 and at most {RANK_IN_KERNEL_MAX_PAIRS} (token, expert) pairs (got sort_pairs "
                      f"{sort_pairs}, pair_splits {pair_splits}, {p} pairs)")
+  if rank_in_kernel and not compact_pairs:
+    raise ValueError("routed_experts_int4_gemv: rank_in_kernel ranks the local pairs (compacts them): it cannot be "
+                     "combined with compact_pairs=False")
   order_args = ()                                # in token order the kernel visits pair i at position i
   if not in_token_order and not rank_in_kernel:
     # The local pairs first (by expert when sort_pairs, else in token order): striding over them spreads
@@ -417,13 +425,14 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits,
                 prefetch=prefetch)
   common_down = dict(common, block_k=block_k_down)
+  token_splits = min(pair_splits, n)             # the down kernel in token order: more splits than tokens idle
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
   xp = activation_planes(x).reshape(n, d)                                 # f32 planes, pre-scaled
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, visits="token_order" if in_token_order else "ranked" if rank_in_kernel
                         else "order", block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
-                        unroll_pairs=unroll and in_token_order and rows_per_run == 1, **common),
+                        unroll_pairs=unroll and in_token_order and pair_splits == 1 and rows_per_run == 1, **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
@@ -431,8 +440,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
 
   if not sort_pairs:
     return pl.pallas_call(
-        functools.partial(_down_token_kernel, block_n=block_n_down, unroll_pairs=unroll, **common_down),
-        grid=(d // block_n_down, pair_splits),
+        functools.partial(_down_token_kernel, block_n=block_n_down, unroll_pairs=unroll,
+                          **dict(common_down, pair_splits=token_splits)),
+        grid=(d // block_n_down, token_splits),
         out_shape=jax.ShapeDtypeStruct((n, d), x.dtype),
         compiler_params=params_down, interpret=interpret, name="moe_int4_down_gemv",
     )(consts, ids, wts, hp, down_packed, down_scale)

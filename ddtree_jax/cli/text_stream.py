@@ -1,8 +1,8 @@
 """Printing one request's text as its tokens arrive (ddtree-generate --stream).
 
 Tokens arrive a call at a time, and a call's tokens can end inside a character (byte-level BPE splits multi-byte
-UTF-8 characters over tokens) or inside what may become a stop string. So the stream decodes the request's
-tokens so far and prints only what can no longer change: it holds back a trailing incomplete character (which the
+UTF-8 characters over tokens) or inside what may become a stop string. So the stream prints only what can no
+longer change: it holds back a trailing incomplete character (which the
 decoders show as U+FFFD) and any end of the text that begins a stop string; `finish` prints the rest of the final
 text.
 
@@ -51,7 +51,7 @@ class TextStream:
     # split over its last tokens) one of the 3 before its end.
     for end in range(len(self._ids), max(self._read, len(self._ids) - 4), -1):
       done = window if end == len(self._ids) else self._decode(self._ids[self._context:end])
-      if len(done) > len(context) and not done.endswith(REPLACEMENT):
+      if len(done) >= len(context) and not done.endswith(REPLACEMENT):   # (tokens with no text move it on too)
         self._text += done[len(context):]
         self._context, self._read = self._read, end
         context = done

@@ -246,6 +246,7 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
       RESULTS["errors"].append(f"mla {(b, t, h, s)}: skipped (time budget)")
       continue
     row = {"B": b, "T": t, "H": h, "ctx": s}
+    RESULTS["mla"].append(row)          # in the JSON from now on, so that a run cut short keeps what it timed
     try:
       dims = (64, 32) if smoke and (b, t, h, s) != SMOKE_K26_SHAPE else (512, 64)    # R, P
       args = mla_inputs(b * 1000 + t * 10 + h + s, b, t, h, s, *dims)
@@ -281,6 +282,7 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
             best = rec
         except Exception as e:  # noqa: BLE001 - record and continue: one failing config must not stop the run
           row.setdefault("configs", []).append(dict(cfg=cfg, error=repr(e)[:400]))
+        flush()
       try:
         row["xla_time_s"] = timeit(functools.partial(mla_xla_bf16, scale=SCALE), sets[:1] if big else sets, reps=3)
       except Exception as e:  # noqa: BLE001
@@ -297,7 +299,6 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
     except Exception as e:  # noqa: BLE001
       row["error"] = repr(e)[:400]
       log(f"mla {(b, t, h, s)} failed: {e!r}"[:500])
-    RESULTS["mla"].append(row)
     flush()
 
 
@@ -432,6 +433,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
       RESULTS["errors"].append(f"moe M={m}: skipped (time budget)")
       continue
     row = {"M": m, "E": e, "D": d, "I": inter}
+    RESULTS["moe"].append(row)          # in the JSON from now on, so that a run cut short keeps what it timed
     try:
       sub = moe_inputs(m + 1, m, e, d, inter)
       args = sub[:3] + experts
@@ -475,6 +477,7 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
             best = rec
         except Exception as e_:  # noqa: BLE001
           row.setdefault("configs", []).append(dict(cfg=cfg, error=repr(e_)[:400]))
+        flush()
       if baselines:
         try:
           row["ragged_bf16_s"] = timeit(functools.partial(ragged_bf16_moe, e=e), [sub[:3] + (wg, wu, wd)], reps=3)
@@ -503,7 +506,6 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
     except Exception as e_:  # noqa: BLE001
       row["error"] = repr(e_)[:400]
       log(f"moe M={m} failed: {e_!r}"[:500])
-    RESULTS["moe"].append(row)
     flush()
 
 

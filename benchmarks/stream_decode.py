@@ -24,7 +24,8 @@ def main():
   ap.add_argument("--model_dir", default=os.path.join(ROOT, "checkpoints", "default", "target"))
   args = ap.parse_args()
   tok = load_tokenizer(args.model_dir)
-  source = "".join(open(os.path.join(ROOT, "ddtree_jax", f)).read() for f in sorted(os.listdir(os.path.join(ROOT, "ddtree_jax"))) if f.endswith(".py"))
+  package = os.path.join(ROOT, "ddtree_jax")
+  source = "".join(open(os.path.join(package, f)).read() for f in sorted(os.listdir(package)) if f.endswith(".py"))
   ids = tok.encode(source * (1 + args.tokens // max(1, len(tok.encode(source)))))[:args.tokens]
   updates = [ids[i:i + args.per_update] for i in range(0, len(ids), args.per_update)]
   final = tok.decode(ids)

@@ -44,8 +44,9 @@ def main():
     if name.startswith("window"):
       stream.finish(final)
     text = "".join(pieces)
-    print(f"{name}: {len(ids)} tokens in {len(updates)} updates: {sum(times):.3f} s in all, last 1000 updates "
-          f"{1e3 * sum(times[-1000:]) / len(times[-1000:]):.3f} ms each; text equals one decode: {text == final}")
+    last = times[-1000:]
+    print(f"{name}: {len(ids)} tokens in {len(updates)} updates: {sum(times):.3f} s in all, last {len(last)} updates "
+          f"{1e3 * sum(last) / len(last):.3f} ms each; text equals one decode: {text == final}")
 
 
 if __name__ == "__main__":

@@ -296,6 +296,7 @@ def test_gemv_uncompacted_pair_splits_give_the_same_bits(n, splits):
                                                  pair_splits=splits, compact_pairs=compact)
   uncompacted = run(False)
   np.testing.assert_array_equal(np.asarray(uncompacted), np.asarray(run(True)))
+  assert "sort" in str(jax.make_jaxpr(lambda: run(True))()) and "sort" not in str(jax.make_jaxpr(lambda: run(False))())
   assert rel_err(uncompacted, reference_f32(x, ids, w, experts, 3)) < 1e-5
   with pytest.raises(ValueError, match="cannot be combined with compact_pairs=False"):
     routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128, pair_splits=splits,

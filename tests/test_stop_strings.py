@@ -7,7 +7,7 @@ import pytest
 from ddtree_jax.cli.text_stream import TextStream
 from ddtree_jax.stop_strings import StopStrings, normalize
 
-ALPHABET = ["a", "b", " ", "é", "€", "\n"]     # 1, 1, 1, 2 and 3 UTF-8 bytes
+ALPHABET = ["a", "b", " ", "é", "€", "😀", "\n"]     # 1, 1, 1, 2, 3 and 4 UTF-8 bytes
 
 
 def decode(ids):
@@ -135,3 +135,16 @@ def test_text_stream_decodes_windows_and_prints_every_complete_character():
     stream.finish(decode(ids))
     assert "".join(pieces) == decode(ids)
     assert max(seen) <= 4 * chunk + 8, (trial, chunk, max(seen))
+
+
+def test_text_stream_run_of_invalid_bytes_costs_no_more_than_whole_decodes():
+  """Invalid bytes only (every window ends in U+FFFD, so nothing commits): the window grows, but an update then
+  decodes its window once, not once per earlier end, so the stream decodes no more than decoding the whole request
+  at every update would."""
+  seen = []
+  stream = TextStream(lambda t: seen.append(len(t)) or decode(t), lambda s: None)
+  for end in range(4, 1201, 4):
+    stream.add([0x80] * 4)
+  stream.add(encode("ok"))
+  assert sum(seen) <= sum(range(4, 1201, 4)) + 2 * 1202 + 3 * 64 * 16     # (+ the first 64 tokens' earlier ends)
+  stream.finish(decode([0x80] * 1200 + encode("ok")))

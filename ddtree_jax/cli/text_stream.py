@@ -21,6 +21,7 @@ from typing import Callable, Optional, Sequence
 from ddtree_jax.stop_strings import StopStrings
 
 REPLACEMENT = "\ufffd"   # what tokenizers decode an incomplete UTF-8 sequence to
+MAX_PENDING_TOKENS = 64  # uncommitted tokens past which TextStream stops trying earlier ends of its window
 
 
 class TextStream:
@@ -48,8 +49,11 @@ class TextStream:
     context = self._decode(self._ids[self._context:self._read])
     window = self._decode(self._ids[self._context:])
     # Commit up to the last token that ends a character: the whole window, or (a character of at most 4 bytes
-    # split over its last tokens) one of the 3 before its end.
-    for end in range(len(self._ids), max(self._read, len(self._ids) - 4), -1):
+    # split over its last tokens) one of the 3 before its end. After a long run without a character's end
+    # (invalid bytes: text of U+FFFDs) only the whole window is tried, so an update never decodes more than what
+    # decoding the whole request decoded.
+    backoff = 4 if len(self._ids) - self._read <= MAX_PENDING_TOKENS else 1
+    for end in range(len(self._ids), max(self._read, len(self._ids) - backoff), -1):
       done = window if end == len(self._ids) else self._decode(self._ids[self._context:end])
       if len(done) >= len(context) and not done.endswith(REPLACEMENT):   # (tokens with no text move it on too)
         self._text += done[len(context):]

@@ -31,17 +31,16 @@ def main():
   final = tok.decode(ids)
   for name in ("window (TextStream)", "whole request"):
     pieces, seen, times = [], [], []
-    stream = TextStream(tok.decode, pieces.append)
+    stream = TextStream(tok.decode, pieces.append) if name.startswith("window") else None
     for u in updates:
       t = time.perf_counter()
-      if name.startswith("window"):
+      if stream is not None:
         stream.add(u)
-      else:
+      else:                                        # what TextStream.add did before: decode everything so far
         seen.extend(u)
-        text = tok.decode(seen).rstrip(REPLACEMENT)
-        pieces[:] = [text]
+        pieces[:] = [tok.decode(seen).rstrip(REPLACEMENT)]
       times.append(time.perf_counter() - t)
-    if name.startswith("window"):
+    if stream is not None:
       stream.finish(final)
     text = "".join(pieces)
     last = times[-1000:]

@@ -9,9 +9,7 @@ import pytest
 
 from configs.tiny import tiny, tiny_drafter
 from ddtree_jax.checkpoint.synthetic import write_drafter_checkpoint, write_target_checkpoint
-from tests.generate_cli import run_generate as run_cli
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.generate_cli import ROOT, run_generate as run_cli
 
 
 @pytest.fixture(scope="module")

@@ -49,14 +49,17 @@ def test_bad_inputs():
 
 
 def test_nibble_planes_are_exact_and_match_the_packing():
-  """Plane j of nibbles.nibble_planes is (q - 8 offset removed) * 2**(4 (j mod 4)) of column 8w + j, exactly."""
+  """Plane j of nibbles.nibble_planes is (q - 8 offset removed) * 2**PLANE_EXPONENTS[j] of column 8w + j, exactly,
+  and plane_scale undoes it (also for column indices past 8, as the gate/up kernels use it)."""
   from custom_calls.moe_int4.layout import unpack_int4
-  from custom_calls.moe_int4.nibbles import MAGIC, nibble_planes, plane_columns, plane_scale
+  from custom_calls.moe_int4.nibbles import MAGIC, PLANE_EXPONENTS, nibble_planes, plane_columns, plane_scale
   rng = np.random.default_rng(3)
   words = jnp.asarray(rng.integers(-2**31, 2**31, size=(4, 16), dtype=np.int64).astype(np.int32))
   q = np.asarray(unpack_int4(words), np.float32)                                # [4, 128], columns 8w + j
   planes = nibble_planes(words, jnp.int32(MAGIC))
   for j, plane in enumerate(planes):
     np.testing.assert_array_equal(np.asarray(plane * plane_scale(jnp.int32(j))), q[:, j::8])
+    np.testing.assert_array_equal(np.asarray(plane), q[:, j::8] * 2.0 ** PLANE_EXPONENTS[j])
+    np.testing.assert_array_equal(np.asarray(plane_scale(jnp.int32(j + 8 * 5))), 2.0 ** -PLANE_EXPONENTS[j])
   cols = jnp.arange(128, dtype=jnp.int32)
   np.testing.assert_array_equal(np.asarray(plane_columns(cols, 128)), (np.arange(128) % 8) * 16 + np.arange(128) // 8)

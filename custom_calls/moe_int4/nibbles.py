@@ -2,23 +2,29 @@
 
 A word holds 8 nibbles; nibble j (bits 4j..4j+3) is column 8w + j of word w, stored as q + 8. Plane j of a
 [rows, words] tile is the float tile of nibble j. Extraction costs one LOP3 and one FADD per weight:
-nibble j (j < 4 from the word, j >= 4 from the word shifted down 16 bits once) is masked IN PLACE and OR-ed
-into the mantissa of 2**23, so the float reads 2**23 + nib * 2**e (e = 4 (j mod 4)), and subtracting
-2**23 + 8 * 2**e leaves (nib - 8) * 2**e exactly. The 2**e is not shifted back: the activations of plane j
-are pre-multiplied by 2**-e (exact), which `activation_planes` does once per call (and the gate/up kernels
-do when they write h for the down projection).
+nibble j is masked IN PLACE (j <= 4 from the word, j >= 5 from the word shifted down 16 bits once) and OR-ed
+into the mantissa of 2**23, so the float reads 2**23 + nib * 2**e and subtracting 2**23 + 8 * 2**e leaves
+(nib - 8) * 2**e exactly, e = PLANE_EXPONENTS[j] (bits 16..19 still fit the 23-bit mantissa; bits 20..23
+would not). The 2**e is not shifted back: the activations of plane j are pre-multiplied by 2**-e (exact),
+which `activation_planes` does once per call (and the gate/up kernels do when they write h for the down
+projection).
 
-The activation layout that goes with it, "planes": [n, j * (K/8) + w] = x[n, 8w + j] * 2**-(4 (j mod 4)),
+Nibble 4 in place rather than from the shifted word: from the shifted word LLVM makes it a bit-field extract
+plus an OR (SHF + SGXT + LOP3 per word); in place it is one LOP3 like the others. H200 SASS of the few-token
+gate/up kernel's K loop: 260 -> 244 instructions (benchmarks/RESULTS.md, issue 6 twenty-first round).
+
+The activation layout that goes with it, "planes": [n, j * (K/8) + w] = x[n, 8w + j] * 2**-PLANE_EXPONENTS[j],
 so that plane j's activations of a run of words are contiguous.
 """
 import jax.numpy as jnp
 from jax import lax
 
 MAGIC = 0x4B000000          # float32 bits of 2**23
+PLANE_EXPONENTS = (0, 4, 8, 12, 16, 4, 8, 12)   # plane j holds (nib_j - 8) * 2**PLANE_EXPONENTS[j]
 
 
 def nibble_planes(words, magic):
-  """words: int32 [BN, W] -> [(nib_j - 8) * 2**e_j as float32 [BN, W] for nibbles j = 0..7], e_j = 4 (j mod 4).
+  """words: int32 [BN, W] -> [(nib_j - 8) * 2**e_j as float32 [BN, W] for nibbles j = 0..7], e_j = PLANE_EXPONENTS[j].
 
   `magic` must be MAGIC, passed as a runtime value (loaded from an input): with two immediates,
   mask-then-or compiles to two LOP3s; with the magic in a register it is one (H200 SASS).
@@ -26,19 +32,21 @@ def nibble_planes(words, magic):
   hi = words >> 16
   planes = []
   for j in range(8):
-    src, e = (words, 4 * j) if j < 4 else (hi, 4 * (j - 4))
+    src = words if j <= 4 else hi
+    e = PLANE_EXPONENTS[j]
     bits = (src & (0xF << e)) | magic
     planes.append(lax.bitcast_convert_type(bits, jnp.float32) - (8388608.0 + 8.0 * 2.0 ** e))
   return planes
 
 
 def plane_scale(j):
-  """2**-(4 (j mod 4)) for integer j (array or int), exactly: built from the float32 exponent bits."""
-  return lax.bitcast_convert_type(((127 - 4 * (j & 3)) << 23).astype(jnp.int32), jnp.float32)
+  """2**-PLANE_EXPONENTS[j mod 8] for integer j (array or int), exactly: built from the float32 exponent bits."""
+  e = 4 * (j & 3) + 16 * ((j & 7) == 4)                                    # PLANE_EXPONENTS[j mod 8]
+  return lax.bitcast_convert_type(((127 - e) << 23).astype(jnp.int32), jnp.float32)
 
 
 def activation_planes(x, prescaled=True):
-  """x: [N, D] -> f32 [N, 8, D/8]: [n, j, w] = x[n, 8w + j] * 2**-(4 (j mod 4)) (reshape to [N, D] for the
+  """x: [N, D] -> f32 [N, 8, D/8]: [n, j, w] = x[n, 8w + j] * 2**-PLANE_EXPONENTS[j] (reshape to [N, D] for the
   planes layout). prescaled=False: without the 2**-e factors, in x.dtype (for bf16_planes.py's exact planes)."""
   n, d = x.shape
   if not prescaled:

@@ -59,7 +59,7 @@ def _planar_dot(acc, act, w_ref, s_ref, e, n0, kk, magic, *, block_n, block_k, g
   """acc + x_chunk @ W_chunk^T without reshapes: one dot per nibble plane j (columns 8w + j).
 
   act(j) -> [BM, BK/8]: plane j of the chunk's activations (planes layout, nibbles.py; pre-scaled by
-  2**-(4 (j mod 4)) unless exact_bf16); w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; the chunk is columns
+  2**-PLANE_EXPONENTS[j] unless exact_bf16); w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g]; the chunk is columns
   [kk*BK, (kk+1)*BK); magic: nibbles.MAGIC as a runtime scalar.
   exact_bf16 (bf16 activations): the planes come from bf16_planes.py (two weights per instruction, each
   (nib - 8) * scale rounded once to bf16); otherwise nibbles.py's float32 planes times the scale, cast.

@@ -51,6 +51,19 @@ def test_matches_reference(n, k, e_total, e_local, offset, dtype, opts):
   assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < tol
 
 
+def test_float16_activations_take_the_unscaled_dequant():
+  """float16 x: the planes' 2**-16 pre-scale would fall below float16's normal range, so the default is the
+  non-planar dequant (as accurate as the gemv's float32 planes) and planar=True is refused."""
+  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+  x, ids, w, experts = make_inputs(7, 5, 3, 8, 8, 256, 128, jnp.float16)
+  ref = reference_f32(x, ids, w, experts, 0)
+  out = routed_experts_int4_pallas(x, ids, w, *experts, 0, interpret=True)
+  assert out.dtype == jnp.float16 and rel_err(out, ref) < 1e-3
+  assert rel_err(routed_experts_int4_gemv(x, ids, w, *experts, 0, block_k=128, interpret=True), ref) < 1e-3
+  with pytest.raises(ValueError, match="float16"):
+    routed_experts_int4_pallas(x, ids, w, *experts, 0, planar=True, interpret=True)
+
+
 def test_tokens_without_local_expert_and_traced_offset():
   """Token 0 hits only remote experts (its row must be exactly zero); the offset is a traced value."""
   n, k, e_total, e_local, offset = 4, 2, 12, 4, 4

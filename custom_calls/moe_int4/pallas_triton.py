@@ -318,9 +318,10 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   Returns [N, D] in x.dtype. Block sizes default by rows per expert (default_blocks); the *_down ones (the
   down kernel's) default to the gate/up kernel's, except block_n_down, which follows default_blocks unless block_n
   is given.
-  planar (None: by default_blocks, or False when block_k is given) = True: dequantise without reshapes (8 dots
-  of K = block_k/8 per chunk, one per nibble position, activations gathered with stride 8); planar=False:
-  unpack to [BN, BK/8, 8] and reshape to [BN, BK].
+  planar (None: by default_blocks, or False when block_k is given or x is float16) = True: dequantise without
+  reshapes (8 dots of K = block_k/8 per chunk, one per nibble position, activations gathered with stride 8);
+  planar=False: unpack to [BN, BK/8, 8] and reshape to [BN, BK]. Not for float16 x: its planes would be
+  pre-scaled by down to 2**-16 (nibbles.PLANE_EXPONENTS), below float16's normal range.
   exact_bf16 (None: planar and bf16 x): planar planes from bf16_planes.py (bf16x2 PTX) instead of nibbles.py.
   """
   n, d = x.shape
@@ -334,7 +335,10 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   check_scales("routed_experts_int4_pallas", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
   dbm, dbn, dbk, dnw, dns, dplanar, dbn_down = default_blocks(n, e, chunk_inputs(gate_packed))
   if planar is None:
-    planar = dplanar if block_k is None else False
+    planar = dplanar if block_k is None and x.dtype != jnp.float16 else False
+  if planar and x.dtype == jnp.float16:
+    raise ValueError("routed_experts_int4_pallas: planar=True needs bf16 or float32 x, got float16 (its activation "
+                     "planes, pre-scaled by down to 2**-16, would fall below float16's normal range)")
   block_m = block_m or dbm
   block_n_down = down_tile_width(block_n_down, block_n, dbn_down, dbn)
   block_n = block_n or dbn

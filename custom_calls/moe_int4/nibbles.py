@@ -10,8 +10,9 @@ which `activation_planes` does once per call (and the gate/up kernels do when th
 projection).
 
 Nibble 4 in place rather than from the shifted word: from the shifted word LLVM makes it a bit-field extract
-plus an OR (SHF + SGXT + LOP3 per word); in place it is one LOP3 like the others. H200 SASS of the few-token
-gate/up kernel's K loop: 260 -> 244 instructions (benchmarks/RESULTS.md, issue 6 twenty-first round).
+plus an OR (SHF + SGXT + LOP3 per word); in place it is one LOP3 like the others. sm_90 SASS compiled without a
+GPU, the few-token gate/up kernel's K loop: 260 -> 244 instructions at one token, 279 -> 263 at 2-8 tokens, where
+its registers went from 56 to 60 (benchmarks/RESULTS.md, issue 6 twenty-first round; not yet timed).
 
 The activation layout that goes with it, "planes": [n, j * (K/8) + w] = x[n, 8w + j] * 2**-PLANE_EXPONENTS[j],
 so that plane j's activations of a run of words are contiguous.
@@ -40,7 +41,8 @@ def nibble_planes(words, magic):
 
 
 def plane_scale(j):
-  """2**-PLANE_EXPONENTS[j mod 8] for integer j (array or int), exactly: built from the float32 exponent bits."""
+  """2**-PLANE_EXPONENTS[j mod 8] for an integer array or JAX/NumPy integer scalar j, exactly: built from the
+  float32 exponent bits."""
   e = 4 * (j & 3) + 16 * ((j & 7) == 4)                                    # PLANE_EXPONENTS[j mod 8]
   return lax.bitcast_convert_type(((127 - e) << 23).astype(jnp.int32), jnp.float32)
 

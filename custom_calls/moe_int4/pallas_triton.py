@@ -7,7 +7,7 @@ the H200 0.89-0.97 of the memory roofline at 16-512 tokens against 0.63-0.90 as 
 registers, tile by tile, right before the tensor-core dot. Dequantisation ("planar": one dot per nibble position j,
 the activations in the matching planes layout of nibbles.py): for bf16 activations bf16_planes.py's PTX
 (two weights per instruction, about 2.9 instructions per weight in the gate/up loop), otherwise
-nibbles.py's float32 planes (5.2).
+nibbles.py's float32 planes (5.2, counted before nibble 4 was masked in place).
 
 Pipeline (one call):
   1. routing (XLA, tiny; `route`): the (token, k) pairs that hit a local expert are sorted by expert; every
@@ -321,7 +321,8 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   planar (None: by default_blocks, or False when block_k is given or x is float16) = True: dequantise without
   reshapes (8 dots of K = block_k/8 per chunk, one per nibble position, activations gathered with stride 8);
   planar=False: unpack to [BN, BK/8, 8] and reshape to [BN, BK]. Not for float16 x: its planes would be
-  pre-scaled by down to 2**-16 (nibbles.PLANE_EXPONENTS), below float16's normal range.
+  pre-scaled by down to 2**-16 (nibbles.PLANE_EXPONENTS), below float16's normal range, and the nibble-4 weights
+  (nib - 8) * 2**16 * scale, cast to float16 for the dot, overflow it for group scales above 1/8.
   exact_bf16 (None: planar and bf16 x): planar planes from bf16_planes.py (bf16x2 PTX) instead of nibbles.py.
   """
   n, d = x.shape
@@ -338,7 +339,8 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
     planar = dplanar if block_k is None and x.dtype != jnp.float16 else False
   if planar and x.dtype == jnp.float16:
     raise ValueError("routed_experts_int4_pallas: planar=True needs bf16 or float32 x, got float16 (its activation "
-                     "planes, pre-scaled by down to 2**-16, would fall below float16's normal range)")
+                     "planes, pre-scaled by down to 2**-16, would fall below float16's normal range, and its "
+                     "nibble-4 weight planes overflow float16 for group scales above 1/8)")
   block_m = block_m or dbm
   block_n_down = down_tile_width(block_n_down, block_n, dbn_down, dbn)
   block_n = block_n or dbn

@@ -454,7 +454,8 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
           row.setdefault("configs", []).append(dict(cfg=cfg, error="skipped (time budget)"))
           continue
         try:
-          kw = {k: v for k, v in cfg.items() if k not in ("kernel", "k_chunk")}
+          # JSON lists become tuples (hashable static arguments, e.g. gemv's nibble4_in_place pair)
+          kw = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items() if k not in ("kernel", "k_chunk")}
           # k_chunk C: the same expert arrays in the k-chunked layout (custom_calls/moe_int4/k_chunks.py)
           cfg_args, cfg_sets = args, arg_sets
           if cfg.get("k_chunk"):

@@ -48,18 +48,23 @@ def test_bad_inputs():
     unpack_int4(jnp.zeros((1, 1), jnp.int16))
 
 
-def test_nibble_planes_are_exact_and_match_the_packing():
-  """Plane j of nibbles.nibble_planes is (q - 8 offset removed) * 2**PLANE_EXPONENTS[j] of column 8w + j, exactly,
-  and plane_scale undoes it (also for column indices past 8, as the gate/up kernels use it)."""
+@pytest.mark.parametrize("in_place", [True, False])
+def test_nibble_planes_are_exact_and_match_the_packing(in_place):
+  """Plane j of nibbles.nibble_planes is (q - 8 offset removed) * 2**e_j of column 8w + j, exactly, with
+  e = PLANE_EXPONENTS (nibble 4 masked in place) or PLANE_EXPONENTS_SHIFTED, and plane_scale undoes it (also for
+  column indices past 8, as the gate/up kernels use it)."""
   from custom_calls.moe_int4.layout import unpack_int4
-  from custom_calls.moe_int4.nibbles import MAGIC, PLANE_EXPONENTS, nibble_planes, plane_columns, plane_scale
+  from custom_calls.moe_int4.nibbles import (MAGIC, PLANE_EXPONENTS, PLANE_EXPONENTS_SHIFTED, nibble_planes,
+                                             plane_columns, plane_scale)
+  exponents = PLANE_EXPONENTS if in_place else PLANE_EXPONENTS_SHIFTED
+  assert exponents[4] == (16 if in_place else 0) and exponents[:4] + exponents[5:] == (0, 4, 8, 12, 4, 8, 12)
   rng = np.random.default_rng(3)
   words = jnp.asarray(rng.integers(-2**31, 2**31, size=(4, 16), dtype=np.int64).astype(np.int32))
   q = np.asarray(unpack_int4(words), np.float32)                                # [4, 128], columns 8w + j
-  planes = nibble_planes(words, jnp.int32(MAGIC))
+  planes = nibble_planes(words, jnp.int32(MAGIC), in_place)
   for j, plane in enumerate(planes):
-    np.testing.assert_array_equal(np.asarray(plane * plane_scale(jnp.int32(j))), q[:, j::8])
-    np.testing.assert_array_equal(np.asarray(plane), q[:, j::8] * 2.0 ** PLANE_EXPONENTS[j])
-    np.testing.assert_array_equal(np.asarray(plane_scale(jnp.int32(j + 8 * 5))), 2.0 ** -PLANE_EXPONENTS[j])
+    np.testing.assert_array_equal(np.asarray(plane * plane_scale(jnp.int32(j), in_place)), q[:, j::8])
+    np.testing.assert_array_equal(np.asarray(plane), q[:, j::8] * 2.0 ** exponents[j])
+    np.testing.assert_array_equal(np.asarray(plane_scale(jnp.int32(j + 8 * 5), in_place)), 2.0 ** -exponents[j])
   cols = jnp.arange(128, dtype=jnp.int32)
   np.testing.assert_array_equal(np.asarray(plane_columns(cols, 128)), (np.arange(128) % 8) * 16 + np.arange(128) // 8)

@@ -289,12 +289,32 @@ def test_gemv_repeated_experts_no_local_expert_and_traced_offset(sort_pairs, row
   np.testing.assert_array_equal(np.asarray(out[1]), 0.0)
 
 
+@pytest.mark.parametrize("n", [1, 2])
+def test_gemv_nibble4_extraction_gives_the_same_bits(n):
+  """Nibble 4 masked in place or from the shifted word, per kernel (x's and h's planes pre-scaled to match): the
+  same float32 products, so the same bits, bf16 h included. n=1 and n=2 take the two defaults."""
+  from custom_calls.moe_int4.pallas_gemv import default_nibble4_in_place, routed_experts_int4_gemv
+  x, ids, w, experts = make_inputs(41 + n, n, 3, 12, 6, 512, 256, jnp.bfloat16)
+  assert np.any((np.asarray(ids) >= 3) & (np.asarray(ids) < 9)), "the test needs local pairs (experts 3..8)"
+  run = lambda flag: np.asarray(routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128,
+                                                         nibble4_in_place=flag).astype(jnp.float32))
+  default = run(None)
+  assert default_nibble4_in_place(n) == (n > 1,) * 2
+  for flag in ((False, False), (True, False), (False, True), (True, True)):
+    np.testing.assert_array_equal(run(flag), default)
+  assert rel_err(default, reference_f32(x, ids, w, experts, 3)) < 1e-2
+  with pytest.raises(ValueError, match=r"nibble4_in_place \(True,\) must be None, a bool or a \(gate/up, down\)"):
+    routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128, nibble4_in_place=(True,))
+
+
 def test_gemv_activation_planes():
   from custom_calls.moe_int4.pallas_gemv import activation_planes
   x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 64)), jnp.float32)
   xp = np.asarray(activation_planes(x))                                  # [2, 8, 8]
+  xs = np.asarray(activation_planes(x, nibble4_in_place=False))
   for j, e in enumerate((0, 4, 8, 12, 16, 4, 8, 12)):                    # nibbles.PLANE_EXPONENTS, written out
     np.testing.assert_array_equal(xp[:, j, :], np.asarray(x)[:, j::8] * 2.0 ** -e)
+    np.testing.assert_array_equal(xs[:, j, :], np.asarray(x)[:, j::8] * 2.0 ** -(0 if j == 4 else e))
 
 
 @pytest.mark.parametrize("n,splits", [(3, 9), (3, 24)])     # strides over the 24 pairs; one pair a program

@@ -9,10 +9,13 @@ would not). The 2**e is not shifted back: the activations of plane j are pre-mul
 which `activation_planes` does once per call (and the gate/up kernels do when they write h for the down
 projection).
 
-Nibble 4 in place rather than from the shifted word: from the shifted word LLVM makes it a bit-field extract
-plus an OR (SHF + SGXT + LOP3 per word); in place it is one LOP3 like the others. sm_90 SASS compiled without a
-GPU, the few-token gate/up kernel's K loop: 260 -> 244 instructions at one token, 279 -> 263 at 2-8 tokens, where
-its registers went from 56 to 60 (benchmarks/RESULTS.md, issue 6 twenty-first round; not yet timed).
+Nibble 4 in place (`nibble4_in_place=True`, PLANE_EXPONENTS) or from the shifted word (False,
+PLANE_EXPONENTS_SHIFTED): from the shifted word LLVM makes it a bit-field extract plus an OR (SHF + SGXT + LOP3 per
+word); in place it is one LOP3 like the others (sm_90 SASS compiled without a GPU, the few-token gate/up K loop:
+260 -> 244 instructions at one token, 279 -> 263 at 2-8 tokens, where its registers went from 56 to 60). Timed
+(H100, benchmarks/RESULTS.md, issue 6 twenty-second round), the dispatch default: in place is faster at 2 and 4
+tokens (0.0334 vs 0.0346 ms, 0.058 vs 0.0605) and slower at one token (0.0244 vs 0.0208), so the flag is per kernel.
+Every product is the same float32 number either way.
 
 The activation layout that goes with it, "planes": [n, j * (K/8) + w] = x[n, 8w + j] * 2**-PLANE_EXPONENTS[j],
 so that plane j's activations of a run of words are contiguous.
@@ -21,11 +24,17 @@ import jax.numpy as jnp
 from jax import lax
 
 MAGIC = 0x4B000000          # float32 bits of 2**23
-PLANE_EXPONENTS = (0, 4, 8, 12, 16, 4, 8, 12)   # plane j holds (nib_j - 8) * 2**PLANE_EXPONENTS[j]
+PLANE_EXPONENTS = (0, 4, 8, 12, 16, 4, 8, 12)           # plane j holds (nib_j - 8) * 2**PLANE_EXPONENTS[j]
+PLANE_EXPONENTS_SHIFTED = (0, 4, 8, 12, 0, 4, 8, 12)    # the same with nibble 4 taken from the shifted word
 
 
-def nibble_planes(words, magic):
-  """words: int32 [BN, W] -> [(nib_j - 8) * 2**e_j as float32 [BN, W] for nibbles j = 0..7], e_j = PLANE_EXPONENTS[j].
+def plane_exponents(nibble4_in_place=True):
+  return PLANE_EXPONENTS if nibble4_in_place else PLANE_EXPONENTS_SHIFTED
+
+
+def nibble_planes(words, magic, nibble4_in_place=True):
+  """words: int32 [BN, W] -> [(nib_j - 8) * 2**e_j as float32 [BN, W] for nibbles j = 0..7],
+  e_j = plane_exponents(nibble4_in_place)[j].
 
   `magic` must be MAGIC, passed as a runtime value (loaded from an input): with two immediates,
   mask-then-or compiles to two LOP3s; with the magic in a register it is one (H200 SASS).
@@ -33,27 +42,30 @@ def nibble_planes(words, magic):
   hi = words >> 16
   planes = []
   for j in range(8):
-    src = words if j <= 4 else hi
-    e = PLANE_EXPONENTS[j]
+    src = words if j < 4 or (j == 4 and nibble4_in_place) else hi
+    e = plane_exponents(nibble4_in_place)[j]
     bits = (src & (0xF << e)) | magic
     planes.append(lax.bitcast_convert_type(bits, jnp.float32) - (8388608.0 + 8.0 * 2.0 ** e))
   return planes
 
 
-def plane_scale(j):
-  """2**-PLANE_EXPONENTS[j mod 8] for an integer array or JAX/NumPy integer scalar j, exactly: built from the
-  float32 exponent bits."""
-  e = 4 * (j & 3) + 16 * ((j & 7) == 4)                                    # PLANE_EXPONENTS[j mod 8]
+def plane_scale(j, nibble4_in_place=True):
+  """2**-plane_exponents(nibble4_in_place)[j mod 8] for an integer array or JAX/NumPy integer scalar j, exactly:
+  built from the float32 exponent bits (a formula, not a table: in a kernel a table lookup is a gather)."""
+  e = 4 * (j & 3)                                                     # PLANE_EXPONENTS_SHIFTED[j mod 8]
+  if nibble4_in_place:
+    e = e + 16 * ((j & 7) == 4)                                       # PLANE_EXPONENTS[j mod 8]
   return lax.bitcast_convert_type(((127 - e) << 23).astype(jnp.int32), jnp.float32)
 
 
-def activation_planes(x, prescaled=True):
-  """x: [N, D] -> f32 [N, 8, D/8]: [n, j, w] = x[n, 8w + j] * 2**-PLANE_EXPONENTS[j] (reshape to [N, D] for the
-  planes layout). prescaled=False: without the 2**-e factors, in x.dtype (for bf16_planes.py's exact planes)."""
+def activation_planes(x, prescaled=True, nibble4_in_place=True):
+  """x: [N, D] -> f32 [N, 8, D/8]: [n, j, w] = x[n, 8w + j] * 2**-plane_exponents(nibble4_in_place)[j] (reshape to
+  [N, D] for the planes layout). prescaled=False: without the 2**-e factors, in x.dtype (for bf16_planes.py's exact
+  planes)."""
   n, d = x.shape
   if not prescaled:
     return jnp.swapaxes(x.reshape(n, d // 8, 8), 1, 2)
-  scale = plane_scale(jnp.arange(8, dtype=jnp.int32))                                  # [8]
+  scale = plane_scale(jnp.arange(8, dtype=jnp.int32), nibble4_in_place)                # [8]
   return jnp.swapaxes(x.astype(jnp.float32).reshape(n, d // 8, 8) * scale, 1, 2)
 
 

@@ -49,13 +49,14 @@ from custom_calls.pow2 import is_pow2, next_pow2
 
 
 def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
-               prefetch=0):
+               nibble4_in_place, prefetch=0):
   """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
   nibble planes (plane j at columns [j*K/8, (j+1)*K/8)); act_rows / act_ok: R scalars (i32 row, bool: row r's
   result is used; act_rows[0] must be a valid row);
-  magic: nibbles.MAGIC as a runtime scalar (see nibbles.nibble_planes).
+  magic: nibbles.MAGIC as a runtime scalar (see nibbles.nibble_planes); nibble4_in_place: the extraction
+  (nibbles.py) the activation planes were pre-scaled for.
   Returns [[BN] per row] per mat. Every row shares one dequantisation of the [BN, BK/8] word tile.
 
   With k-chunked words and block_k above the chunk every tile is [NC, BN, C/8] instead (NC = block_k / C).
@@ -110,7 +111,7 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
       acts = load_acts(c)
     out = []
     for (words, scale), acc_rows in zip(mat_tiles, accs):
-      planes = nibble_planes(words, magic)
+      planes = nibble_planes(words, magic, nibble4_in_place)
       new_rows = []
       for acc, act in zip(acc_rows, acts):
         part = planes[0] * act[0]
@@ -173,7 +174,7 @@ def _local_ranks(ids_ref, expert_offset, num_local):
 
 
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
-                    pair_splits, prefetch, unroll_pairs):
+                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -186,6 +187,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
   xp: f32 [N, 8 * D/8] planes, pre-scaled;
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
   pairs unwritten).
+  nibble4_in_place: xp's extraction (nibbles.py); h_nibble4_in_place: the down kernel's, which hp is pre-scaled for.
   """
   if visits == "order":
     consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
@@ -204,10 +206,11 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     def _():
       g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
                                   [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
-                                  block_k=block_k, group_size=group_size, prefetch=prefetch)  # R x [BN] each
+                                  block_k=block_k, group_size=group_size, nibble4_in_place=nibble4_in_place,
+                                  prefetch=prefetch)                                           # R x [BN] each
       for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
         h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
-        h = h.astype(jnp.float32) * plane_scale(cols)                    # the float32 planes carry the 2**-e
+        h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
         plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
 
   if visits == "ranked":
@@ -237,7 +240,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
 
 
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                       block_k, group_size, pair_splits, prefetch, unroll_pairs):
+                       block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
   for tokens t = s, s + S, ..., summed in registers and written once per token (no zero-fill, no atomics).
 
@@ -253,7 +256,8 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
       def add_pair():
         ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1],
-                             block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch)  # [BN]
+                             block_n=block_n, block_k=block_k, group_size=group_size,
+                             nibble4_in_place=nibble4_in_place, prefetch=prefetch)                       # [BN]
         return acc + wts_ref[p] * y
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
@@ -270,7 +274,8 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
-                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch):
+                        *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch,
+                        nibble4_in_place):
   """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
   atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
   del out0_ref
@@ -286,7 +291,8 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
     @pl.when(in_run[0])
     def _():
       (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
-                             block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch)
+                             block_n=block_n, block_k=block_k, group_size=group_size,
+                             nibble4_in_place=nibble4_in_place, prefetch=prefetch)
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
       for p, ok, y in zip(pairs, in_run, y_rows):
@@ -315,6 +321,13 @@ def default_gemv_blocks(num_tokens):
   return 4, 8, 1024, 4, 2, True, 2, 1, 0, False
 
 
+def default_nibble4_in_place(num_tokens):
+  """(gate/up, down): nibble 4 masked in place or taken from the shifted word (nibbles.py). H100, the dispatch
+  default (benchmarks/RESULTS.md, issue 6 twenty-second round, two runs each): in place 24.4 us against 20.8 at one
+  token, 33.4 against 34.6 at 2 tokens, 58.2 against 60.5 at 4, a tie at 8."""
+  return (num_tokens > 1, num_tokens > 1)
+
+
 def supported(x, gate_packed, down_packed, group_size, block_k=1024):
   e, inter, d8 = logical_shape(gate_packed)
   d = d8 * 8
@@ -328,13 +341,13 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
                                              "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
-                                             "rank_in_kernel", "compact_pairs", "interpret"))
+                                             "rank_in_kernel", "compact_pairs", "nibble4_in_place", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
                              block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=True,
-                             interpret=False):
+                             nibble4_in_place=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -361,6 +374,8 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   (True, the default) or positions s, s + S, ... of all P = N * top_k pairs, skipping the remote ones (False: no
   XLA kernel before the gate/up kernel; pair_splits = P gives each program one pair, most of them remote and
   ending at once). Same results. The down kernel splits the tokens min(S, N) ways either way.
+  nibble4_in_place: how the kernels extract nibble 4 (nibbles.py): a bool for both, or (gate/up, down); None:
+  default_nibble4_in_place(N). Same results.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -383,6 +398,15 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if pair_splits < 1 or (pair_splits > 1 and rows_per_run != 1):
     raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and above 1 only with "
                      f"rows_per_run 1 (got rows_per_run {rows_per_run})")
+  if nibble4_in_place is None:
+    nibble4_in_place = default_nibble4_in_place(n)
+  if isinstance(nibble4_in_place, bool):
+    nibble4_in_place = (nibble4_in_place, nibble4_in_place)
+  if not (isinstance(nibble4_in_place, tuple) and len(nibble4_in_place) == 2
+          and all(isinstance(v, bool) for v in nibble4_in_place)):
+    raise ValueError(f"routed_experts_int4_gemv: nibble4_in_place {nibble4_in_place!r} must be None, a bool or a "
+                     "(gate/up, down) pair of bools")
+  in_place_gate_up, in_place_down = nibble4_in_place
   prefetch = dprefetch if prefetch is None else prefetch
   if prefetch not in (0, 1, 2):
     raise ValueError(f"routed_experts_int4_gemv: prefetch {prefetch!r} must be 0, 1 or 2")
@@ -424,15 +448,16 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   params_down = plgpu.CompilerParams(num_warps=num_warps_down or num_warps, num_stages=num_stages)
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits,
                 prefetch=prefetch)
-  common_down = dict(common, block_k=block_k_down)
+  common_down = dict(common, block_k=block_k_down, nibble4_in_place=in_place_down)
   token_splits = min(pair_splits, n)             # the down kernel in token order: more splits than tokens idle
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
-  xp = activation_planes(x).reshape(n, d)                                 # f32 planes, pre-scaled
+  xp = activation_planes(x, nibble4_in_place=in_place_gate_up).reshape(n, d)   # f32 planes, pre-scaled
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, visits="token_order" if in_token_order else "ranked" if rank_in_kernel
                         else "order", block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
-                        unroll_pairs=unroll and in_token_order and pair_splits == 1 and rows_per_run == 1, **common),
+                        unroll_pairs=unroll and in_token_order and pair_splits == 1 and rows_per_run == 1,
+                        nibble4_in_place=in_place_gate_up, h_nibble4_in_place=in_place_down, **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",

@@ -14,7 +14,8 @@ PLANE_EXPONENTS_SHIFTED): from the shifted word LLVM makes it a bit-field extrac
 word); in place it is one LOP3 like the others (sm_90 SASS compiled without a GPU, the few-token gate/up K loop:
 260 -> 244 instructions at one token, 279 -> 263 at 2-8 tokens, where its registers went from 56 to 60). Timed
 (H100, benchmarks/RESULTS.md, issue 6 twenty-second round), the dispatch default: in place is faster at 2 and 4
-tokens (0.0334 vs 0.0346 ms, 0.058 vs 0.0605) and slower at one token (0.0244 vs 0.0208), so the flag is per kernel.
+tokens (0.0334 vs 0.0346 ms, 0.058 vs 0.0605) and slower at one token (0.0244 vs 0.0208), so it is a flag
+(pallas_gemv's nibble4_in_place, per kernel; the grouped kernels always mask in place).
 Every product is the same float32 number either way.
 
 The activation layout that goes with it, "planes": [n, j * (K/8) + w] = x[n, 8w + j] * 2**-PLANE_EXPONENTS[j],

@@ -322,9 +322,11 @@ def default_gemv_blocks(num_tokens):
 
 
 def default_nibble4_in_place(num_tokens):
-  """(gate/up, down): nibble 4 masked in place or taken from the shifted word (nibbles.py). H100, the dispatch
-  default (benchmarks/RESULTS.md, issue 6 twenty-second round, two runs each): in place 24.4 us against 20.8 at one
-  token, 33.4 against 34.6 at 2 tokens, 58.2 against 60.5 at 4, a tie at 8."""
+  """(gate/up, down): nibble 4 masked in place or taken from the shifted word (nibbles.py). H100 (benchmarks/
+  RESULTS.md, issue 6 twenty-second round), stored layout, both kernels one way, two runs each: in place 24.4 us
+  against 20.8 at one token, 33.4 against 34.6 at 2 tokens, 58.2 against 60.5 at 4, a tie at 8 (grouped kernels).
+  Per kernel at one token (call 3, one sample each): each kernel is slower in place, and k-chunked 31.4 against 21.1.
+  Not settled: the k-chunked layout at 2-6 tokens (call 3: 38.0 in place against 36.7 at 2 tokens, within noise)."""
   return (num_tokens > 1, num_tokens > 1)
 
 

@@ -18,7 +18,7 @@ tokens (0.0334 vs 0.0346 ms, 0.058 vs 0.0605) and slower at one token (0.0244 vs
 (pallas_gemv's nibble4_in_place, per kernel; the grouped kernels always mask in place).
 Every product is the same float32 number either way.
 
-The activation layout that goes with it, "planes": [n, j * (K/8) + w] = x[n, 8w + j] * 2**-PLANE_EXPONENTS[j],
+The activation layout that goes with it, "planes": [n, j * (K/8) + w] = x[n, 8w + j] * 2**-e_j (e = plane_exponents()),
 so that plane j's activations of a run of words are contiguous.
 """
 import jax.numpy as jnp

@@ -42,9 +42,8 @@ def nibble_planes(words, magic, nibble4_in_place=True):
   """
   hi = words >> 16
   planes = []
-  for j in range(8):
-    src = words if j < 4 or (j == 4 and nibble4_in_place) else hi
-    e = plane_exponents(nibble4_in_place)[j]
+  for j, e in enumerate(plane_exponents(nibble4_in_place)):
+    src = words if e == 4 * j else hi              # in place at bits 4j, else at bits 4j - 16 of the shifted word
     bits = (src & (0xF << e)) | magic
     planes.append(lax.bitcast_convert_type(bits, jnp.float32) - (8388608.0 + 8.0 * 2.0 ** e))
   return planes

@@ -12,6 +12,11 @@ pipelined only when the loop carries the `tt.num_stages` attribute, which Triton
 32 bits a thread, and loads whose address depends on another load of the same trip, stay synchronous (the
 pipeliner's own rules).
 
+`pipeline_load(value, latency)` instead picks the loads: it returns the loaded value unchanged and sets
+`tt.latency` on the `tt.load` that produced it. A loop in which any op carries `tt.latency` is scheduled from
+those latencies alone, so only the marked loads are pipelined (latency L: issued L trips ahead, L = num_stages - 1);
+the others (the gemv's activations, cache hits) stay plain loads and take no shared memory.
+
 This reaches into jax's private Pallas Triton lowering (`jax._src.pallas.triton.lowering`), whose rule table is
 the only way to lower a new primitive there; jax is pinned (pyproject.toml), and a missing table fails at import.
 """
@@ -23,6 +28,7 @@ from jax._src.lib.mlir import ir
 from jax._src.pallas.triton import lowering as triton_lowering
 
 NUM_STAGES_ATTR = "tt.num_stages"          # mlir::triton::kNumStagesAttrName
+LATENCY_ATTR = "tt.latency"                # Triton's user-provided latency of one op (AssignLatencies)
 
 pipeline_loop_loads_p = jax_core.Primitive("pipeline_loop_loads")
 pipeline_loop_loads_p.def_impl(lambda i, **_: i)
@@ -47,3 +53,28 @@ def _lower_in_triton(ctx, i, *, num_stages):
 
 
 triton_lowering.register_lowering(pipeline_loop_loads_p)(_lower_in_triton)
+
+
+pipeline_load_p = jax_core.Primitive("pipeline_load")
+pipeline_load_p.def_impl(lambda x, **_: x)
+pipeline_load_p.def_abstract_eval(lambda aval, **_: aval)
+mlir.register_lowering(pipeline_load_p, lambda ctx, x, **_: [x])
+
+
+def pipeline_load(x, latency: int):
+  """x (a value just loaded from a ref inside a fori_loop body, unchanged); its load is issued `latency` trips ahead."""
+  if not isinstance(latency, int) or latency < 1:
+    raise ValueError(f"pipeline_load: latency {latency!r} must be an int >= 1")
+  return pipeline_load_p.bind(x, latency=latency)
+
+
+def _lower_load_in_triton(ctx, x, *, latency):
+  load = x.owner if not isinstance(x, ir.BlockArgument) else None
+  if load is None or load.operation.name != "tt.load":
+    raise ValueError(f"pipeline_load: its argument must come straight from a load of a ref (a tt.load), not from "
+                     f"{'a block argument' if load is None else load.operation.name}")
+  load.operation.attributes[LATENCY_ATTR] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), latency)
+  return x
+
+
+triton_lowering.register_lowering(pipeline_load_p)(_lower_load_in_triton)

@@ -44,13 +44,13 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
                                             load_scale_tile, load_word_tile, logical_shape)
-from custom_calls.loop_stages import pipeline_loop_loads
+from custom_calls.loop_stages import pipeline_load, pipeline_loop_loads
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 from custom_calls.pow2 import is_pow2, next_pow2
 
 
 def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
-               nibble4_in_place, prefetch=0, load_stages=0):
+               nibble4_in_place, prefetch=0, load_stages=0, pipeline_activations=True):
   """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
@@ -72,6 +72,8 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   The last step is peeled, so no step is loaded twice and nothing past K is read.
   load_stages >= 2: the K loop is marked for Triton's pipeliner (loop_stages.py), which copies the loads of
   load_stages - 1 steps ahead into shared memory asynchronously (registers are not held for them); 0: not marked.
+  pipeline_activations False: only the word and scale loads are pipelined (loop_stages.pipeline_load); the
+  activations (cache hits, BN copies of each in a [BN, BK/8] tile) stay plain loads and take no shared memory.
   """
   bk8 = block_k // 8
   k8 = act_ref.shape[1] // 8
@@ -90,6 +92,8 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   # loads need no mask; the caller discards those rows' results.
   safe_rows = [act_rows[0]] + [jnp.where(ok, row, act_rows[0]) for row, ok in zip(act_rows[1:], act_ok[1:])]
 
+  ahead = (lambda v: pipeline_load(v, load_stages - 1)) if load_stages and not pipeline_activations else (lambda v: v)
+
   def tiles(w_ref, s_ref, c):
     """The K step c of one matrix: (words, f32 scales), each [NC, BN, .] or [BN, .]."""
     if nc:
@@ -98,7 +102,7 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
     else:
       words = load_word_tile(w_ref, e, n0, block_n, c * bk8, bk8)
       scale = load_scale_tile(s_ref, e, n0, block_n, c * (bk8 // wpg), bk8 // wpg)
-    return words, scale.astype(jnp.float32)
+    return ahead(words), ahead(scale).astype(jnp.float32)
 
   def load_acts(c):
     kw0 = c * bk8
@@ -182,7 +186,8 @@ def _local_ranks(ids_ref, expert_offset, num_local):
 
 
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
-                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place, load_stages):
+                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place, load_stages,
+                    pipeline_activations):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -215,7 +220,8 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
       g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
                                   [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
                                   block_k=block_k, group_size=group_size, nibble4_in_place=nibble4_in_place,
-                                  prefetch=prefetch, load_stages=load_stages)                  # R x [BN] each
+                                  prefetch=prefetch, load_stages=load_stages,
+                                  pipeline_activations=pipeline_activations)                   # R x [BN] each
       for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
         h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
         h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
@@ -248,7 +254,8 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
 
 
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                       block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place, load_stages):
+                       block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place, load_stages,
+                       pipeline_activations):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
   for tokens t = s, s + S, ..., summed in registers and written once per token (no zero-fill, no atomics).
 
@@ -266,7 +273,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
         ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1],
                              block_n=block_n, block_k=block_k, group_size=group_size,
                              nibble4_in_place=nibble4_in_place, prefetch=prefetch,
-                             load_stages=load_stages)                                                     # [BN]
+                             load_stages=load_stages, pipeline_activations=pipeline_activations)          # [BN]
         return acc + wts_ref[p] * y
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
@@ -284,7 +291,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
                         *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch,
-                        nibble4_in_place, load_stages):
+                        nibble4_in_place, load_stages, pipeline_activations):
   """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
   atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
   del out0_ref
@@ -301,7 +308,8 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
     def _():
       (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
                              block_n=block_n, block_k=block_k, group_size=group_size,
-                             nibble4_in_place=nibble4_in_place, prefetch=prefetch, load_stages=load_stages)
+                             nibble4_in_place=nibble4_in_place, prefetch=prefetch, load_stages=load_stages,
+                             pipeline_activations=pipeline_activations)
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
       for p, ok, y in zip(pairs, in_run, y_rows):
@@ -335,7 +343,7 @@ def default_nibble4_in_place(num_tokens):
   RESULTS.md, issue 6 twenty-second round), stored layout, both kernels one way, two runs each: in place 24.4 us
   against 20.8 at one token, 33.4 against 34.6 at 2 tokens, 58.2 against 60.5 at 4, a tie at 8 (grouped kernels).
   Per kernel at one token (call 3, one sample each): each kernel is slower in place, and k-chunked 31.4 against 21.1.
-  Not settled: the k-chunked layout at 2-6 tokens (call 3: 38.0 in place against 36.7 at 2 tokens, within noise)."""
+  k-chunked at 2 and 4 tokens (call 4, two runs each): in place 36.0 / 62.7 against 36.3 / 63.4."""
   return (num_tokens > 1, num_tokens > 1)
 
 
@@ -353,13 +361,14 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
                                              "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
                                              "rank_in_kernel", "compact_pairs", "nibble4_in_place", "load_stages",
-                                             "interpret"))
+                                             "pipeline_activations", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
                              block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=True,
-                             nibble4_in_place=None, load_stages=None, interpret=False):
+                             nibble4_in_place=None, load_stages=None, pipeline_activations=True,
+                             interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -389,7 +398,8 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   nibble4_in_place: how the kernels extract nibble 4 (nibbles.py): a bool for both, or (gate/up, down); None:
   default_nibble4_in_place(N). Same results.
   load_stages: 0 (off) or >= 2 (_tile_gemv: the K loop's loads pipelined by Triton through shared memory), an int
-  for both kernels or a (gate/up, down) pair; None: (0, 0). Same results.
+  for both kernels or a (gate/up, down) pair; None: (0, 0). pipeline_activations: with load_stages, whether the
+  activation loads are pipelined too (True) or only the words and scales (False). Same results.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -469,7 +479,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
   params_down = plgpu.CompilerParams(num_warps=num_warps_down or num_warps, num_stages=num_stages)
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits,
-                prefetch=prefetch)
+                prefetch=prefetch, pipeline_activations=bool(pipeline_activations))
   common_down = dict(common, block_k=block_k_down, nibble4_in_place=in_place_down, load_stages=load_stages[1])
   token_splits = min(pair_splits, n)             # the down kernel in token order: more splits than tokens idle
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)

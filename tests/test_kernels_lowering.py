@@ -48,6 +48,7 @@ MOE_KERNELS = {
     "gemv_pair_splits": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=4),
     "gemv_prefetch": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, prefetch=2),
     "gemv_load_stages": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=256, load_stages=3),
+    "gemv_f16_dots": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, f16_dots=True),
     "gemv_unrolled_token_order": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=1,
                                                                      unroll_pairs=True),
     "gemv_looped_token_order": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=1,

@@ -45,12 +45,13 @@ from jax.experimental.pallas import triton as plgpu
 from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
                                             load_scale_tile, load_word_tile, logical_shape)
 from custom_calls.loop_stages import pipeline_load, pipeline_loop_loads
+from custom_calls.moe_int4.f16_word_dots import activation_pairs, int4_word_dots_f16
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 from custom_calls.pow2 import is_pow2, next_pow2
 
 
 def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
-               nibble4_in_place, prefetch=0, load_stages=0, pipeline_activations=True):
+               nibble4_in_place, prefetch=0, load_stages=0, pipeline_activations=True, f16_dots=False):
   """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
@@ -74,9 +75,13 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   load_stages - 1 steps ahead into shared memory asynchronously (registers are not held for them); 0: not marked.
   pipeline_activations False: only the word and scale loads are pipelined (loop_stages.pipeline_load); the
   activations (cache hits, BN copies of each in a [BN, BK/8] tile) stay plain loads and take no shared memory.
+  f16_dots: act_ref holds f16_word_dots.activation_pairs (int32 [rows, 4 * K/8], 4 pair planes) instead of the 8
+  float32 planes, and each word's 8 products are summed in half2 arithmetic (f16_word_dots.py); magic and
+  nibble4_in_place are then unused.
   """
   bk8 = block_k // 8
-  k8 = act_ref.shape[1] // 8
+  num_planes = 4 if f16_dots else 8
+  k8 = act_ref.shape[1] // num_planes
   wpg = group_size // 8                                  # words per scale group
   # k-chunked words with a K step of several chunks: [NC, BN, C/8] tiles (NC contiguous [BN, C/8] pieces, the
   # same access granularity as the stored layout's BN rows); otherwise [BN, BK/8] tiles.
@@ -106,7 +111,8 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
 
   def load_acts(c):
     kw0 = c * bk8
-    return [[act_ref[row, cols + (j * k8 + kw0)] for j in range(8)] for row in safe_rows]   # R x 8 x cols' shape
+    return [[act_ref[row, cols + (j * k8 + kw0)] for j in range(num_planes)]
+            for row in safe_rows]                                                   # R x planes x cols' shape
 
   def load(c):
     """What K step c reads: ([(words, scales) per mat], activations or None)."""
@@ -118,12 +124,15 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
       acts = load_acts(c)
     out = []
     for (words, scale), acc_rows in zip(mat_tiles, accs):
-      planes = nibble_planes(words, magic, nibble4_in_place)
+      planes = None if f16_dots else nibble_planes(words, magic, nibble4_in_place)
       new_rows = []
       for acc, act in zip(acc_rows, acts):
-        part = planes[0] * act[0]
-        for j in range(1, 8):
-          part += planes[j] * act[j]
+        if f16_dots:
+          part = int4_word_dots_f16(words, *act)
+        else:
+          part = planes[0] * act[0]
+          for j in range(1, 8):
+            part += planes[j] * act[j]
         if wpg > 1:                                   # the words of one group are adjacent in a thread
           part = jnp.sum(part.reshape(*part.shape[:-1], part.shape[-1] // wpg, wpg), axis=-1)
         new_rows.append(acc + part * scale)
@@ -187,7 +196,7 @@ def _local_ranks(ids_ref, expert_offset, num_local):
 
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
                     pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place, load_stages,
-                    pipeline_activations):
+                    pipeline_activations, f16_dots):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -201,7 +210,11 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
   pairs unwritten).
   nibble4_in_place: xp's extraction (nibbles.py); h_nibble4_in_place: the down kernel's, which hp is pre-scaled for.
+  f16_dots: xp is f16_word_dots.activation_pairs' int32 [N, 4 * D/8] instead, followed by its f32 [N] rescale ref
+  (g and u are multiplied by their token's rescale).
   """
+  refs = list(refs)
+  rescale_ref = refs.pop(-6) if f16_dots else None               # right after xp
   if visits == "order":
     consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count = count_ref[0]
@@ -209,7 +222,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     consts_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count, order_ref = ids_ref.shape[0], None
   n0 = pl.program_id(0) * block_n
-  chunks = xp_ref.shape[1] // block_k
+  chunks = xp_ref.shape[1] * (2 if f16_dots else 1) // block_k   # 8 f32 planes or 4 pair planes of D/8 columns
   cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
   h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
 
@@ -221,8 +234,11 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
                                   [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
                                   block_k=block_k, group_size=group_size, nibble4_in_place=nibble4_in_place,
                                   prefetch=prefetch, load_stages=load_stages,
-                                  pipeline_activations=pipeline_activations)                   # R x [BN] each
+                                  pipeline_activations=pipeline_activations, f16_dots=f16_dots)  # R x [BN] each
       for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
+        if f16_dots:
+          rescale = rescale_ref[p // top_k]
+          g, u = g * rescale, u * rescale
         h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
         h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
         plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
@@ -361,14 +377,14 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
                                              "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
                                              "rank_in_kernel", "compact_pairs", "nibble4_in_place", "load_stages",
-                                             "pipeline_activations", "interpret"))
+                                             "pipeline_activations", "f16_dots", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
                              block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=True,
                              nibble4_in_place=None, load_stages=None, pipeline_activations=True,
-                             interpret=False):
+                             f16_dots=False, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -400,6 +416,8 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   load_stages: 0 (off) or >= 2 (_tile_gemv: the K loop's loads pipelined by Triton through shared memory), an int
   for both kernels or a (gate/up, down) pair; None: (0, 0). pipeline_activations: with load_stages, whether the
   activation loads are pipelined too (True) or only the words and scales (False). Same results.
+  f16_dots: the gate/up kernel sums each word's 8 products in half2 arithmetic (f16_word_dots.py: ~2 instructions
+  a weight instead of 3, products rounded to fp16); the down kernel keeps the float32 planes.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -483,18 +501,21 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   common_down = dict(common, block_k=block_k_down, nibble4_in_place=in_place_down, load_stages=load_stages[1])
   token_splits = min(pair_splits, n)             # the down kernel in token order: more splits than tokens idle
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
-  xp = activation_planes(x, nibble4_in_place=in_place_gate_up).reshape(n, d)   # f32 planes, pre-scaled
+  if f16_dots:
+    x_args = activation_pairs(x)                  # (int32 [N, 4 * D/8] half2 pairs, f32 [N] rescale)
+  else:
+    x_args = (activation_planes(x, nibble4_in_place=in_place_gate_up).reshape(n, d),)   # f32 planes, pre-scaled
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, visits="token_order" if in_token_order else "ranked" if rank_in_kernel
                         else "order", block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
                         unroll_pairs=unroll and in_token_order and pair_splits == 1 and rows_per_run == 1,
                         nibble4_in_place=in_place_gate_up, h_nibble4_in_place=in_place_down,
-                        load_stages=load_stages[0], **common),
+                        load_stages=load_stages[0], f16_dots=bool(f16_dots), **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
-  )(consts, *order_args, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
+  )(consts, *order_args, ids, *x_args, gate_packed, gate_scale, up_packed, up_scale)
 
   if not sort_pairs:
     return pl.pallas_call(

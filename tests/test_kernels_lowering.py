@@ -47,8 +47,6 @@ MOE_KERNELS = {
     "gemv_sorted_runs": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True, rows_per_run=4),
     "gemv_pair_splits": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=4),
     "gemv_prefetch": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, prefetch=2),
-    "gemv_load_stages": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=256, load_stages=3),
-    "gemv_f16_dots": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, f16_dots=True),
     "gemv_unrolled_token_order": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=1,
                                                                      unroll_pairs=True),
     "gemv_looped_token_order": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=1,
@@ -89,21 +87,6 @@ def test_moe_gemv_down_kernel_options_reach_its_launch():
   (gate_up_k, down_k), warps_k = lowered(block_k_down=128, num_warps_down=8)
   assert "tensor<8x64xi32>" not in down_k and "tensor<8x16xi32>" in down_k and gate_up_k == gate_up
   assert warps_k == ["4", "8"]
-
-
-def test_moe_gemv_load_stages_mark_its_k_loops_for_the_pipeliner():
-  """load_stages puts `tt.num_stages` on every K loop (scf.for) of the kernel it names and on nothing else."""
-  import re
-
-  def marks(**kw):
-    modules = []
-    lower_for_abstract_gpu(lambda *a: routed_experts_int4_gemv(*a, 0, block_k=256, pair_splits=1, **kw),
-                           *moe_args(1), on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
-    return [(len(re.findall(r"\bscf\.for\b", m)), re.findall(r"tt\.num_stages = (\d+) : i32", m)) for m in modules]
-  # one token: 8 unrolled pairs, one K loop each, in both kernels (K = 1024 and 512 in steps of 256)
-  assert marks() == [(8, []), (8, [])]
-  assert marks(load_stages=3) == [(8, ["3"] * 8), (8, ["3"] * 8)]
-  assert marks(load_stages=(4, 0), prefetch=0) == [(8, ["4"] * 8), (8, [])]
 
 
 def test_moe_gemv_rank_in_kernel_lowers_for_pair_counts_not_powers_of_two():

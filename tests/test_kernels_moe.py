@@ -307,25 +307,6 @@ def test_gemv_nibble4_extraction_gives_the_same_bits(n):
     routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128, nibble4_in_place=(True,))
 
 
-def test_gemv_load_stages_give_the_same_bits():
-  """load_stages only marks the K loops for Triton's pipeliner (loop_stages.py): the interpreter's sums are the
-  same, with and without the register prefetch; bad values are refused with the value named."""
-  from custom_calls.loop_stages import pipeline_loop_loads
-  from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
-  x, ids, w, experts = make_inputs(45, 2, 3, 12, 6, 512, 256, jnp.bfloat16)
-  run = lambda **kw: np.asarray(routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128,
-                                                         **kw).astype(jnp.float32))
-  plain = run()
-  np.testing.assert_array_equal(run(load_stages=3), plain)
-  np.testing.assert_array_equal(run(load_stages=(4, 0), prefetch=1), plain)
-  assert rel_err(plain, reference_f32(x, ids, w, experts, 3)) < 1e-2
-  for bad in (1, -2, (3,), True, 2.0):
-    with pytest.raises(ValueError, match="load_stages .* must be None, 0 or an int >= 2"):
-      routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128, load_stages=bad)
-  with pytest.raises(ValueError, match="num_stages 1 must be an int >= 2"):
-    pipeline_loop_loads(jnp.int32(0), 1)
-
-
 def test_gemv_activation_planes():
   from custom_calls.moe_int4.pallas_gemv import activation_planes
   x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 64)), jnp.float32)

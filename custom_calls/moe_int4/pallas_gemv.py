@@ -44,14 +44,12 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
                                             load_scale_tile, load_word_tile, logical_shape)
-from custom_calls.loop_stages import pipeline_load, pipeline_loop_loads
-from custom_calls.moe_int4.f16_word_dots import activation_pairs, int4_word_dots_f16
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
 from custom_calls.pow2 import is_pow2, next_pow2
 
 
 def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
-               nibble4_in_place, prefetch=0, load_stages=0, pipeline_activations=True, f16_dots=False):
+               nibble4_in_place, prefetch=0):
   """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
@@ -71,17 +69,9 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   1: step c + 1's words and scales are loaded while step c is reduced (two steps' words in flight);
   2: its activations too (cache hits, but an L2 round trip per step otherwise).
   The last step is peeled, so no step is loaded twice and nothing past K is read.
-  load_stages >= 2: the K loop is marked for Triton's pipeliner (loop_stages.py), which copies the loads of
-  load_stages - 1 steps ahead into shared memory asynchronously (registers are not held for them); 0: not marked.
-  pipeline_activations False: only the word and scale loads are pipelined (loop_stages.pipeline_load); the
-  activations (cache hits, BN copies of each in a [BN, BK/8] tile) stay plain loads and take no shared memory.
-  f16_dots: act_ref holds f16_word_dots.activation_pairs (int32 [rows, 4 * K/8], 4 pair planes) instead of the 8
-  float32 planes, and each word's 8 products are summed in half2 arithmetic (f16_word_dots.py); magic and
-  nibble4_in_place are then unused.
   """
   bk8 = block_k // 8
-  num_planes = 4 if f16_dots else 8
-  k8 = act_ref.shape[1] // num_planes
+  k8 = act_ref.shape[1] // 8
   wpg = group_size // 8                                  # words per scale group
   # k-chunked words with a K step of several chunks: [NC, BN, C/8] tiles (NC contiguous [BN, C/8] pieces, the
   # same access granularity as the stored layout's BN rows); otherwise [BN, BK/8] tiles.
@@ -97,8 +87,6 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   # loads need no mask; the caller discards those rows' results.
   safe_rows = [act_rows[0]] + [jnp.where(ok, row, act_rows[0]) for row, ok in zip(act_rows[1:], act_ok[1:])]
 
-  ahead = (lambda v: pipeline_load(v, load_stages - 1)) if load_stages and not pipeline_activations else (lambda v: v)
-
   def tiles(w_ref, s_ref, c):
     """The K step c of one matrix: (words, f32 scales), each [NC, BN, .] or [BN, .]."""
     if nc:
@@ -107,12 +95,11 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
     else:
       words = load_word_tile(w_ref, e, n0, block_n, c * bk8, bk8)
       scale = load_scale_tile(s_ref, e, n0, block_n, c * (bk8 // wpg), bk8 // wpg)
-    return ahead(words), ahead(scale).astype(jnp.float32)
+    return words, scale.astype(jnp.float32)
 
   def load_acts(c):
     kw0 = c * bk8
-    return [[act_ref[row, cols + (j * k8 + kw0)] for j in range(num_planes)]
-            for row in safe_rows]                                                   # R x planes x cols' shape
+    return [[act_ref[row, cols + (j * k8 + kw0)] for j in range(8)] for row in safe_rows]   # R x 8 x cols' shape
 
   def load(c):
     """What K step c reads: ([(words, scales) per mat], activations or None)."""
@@ -124,15 +111,12 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
       acts = load_acts(c)
     out = []
     for (words, scale), acc_rows in zip(mat_tiles, accs):
-      planes = None if f16_dots else nibble_planes(words, magic, nibble4_in_place)
+      planes = nibble_planes(words, magic, nibble4_in_place)
       new_rows = []
       for acc, act in zip(acc_rows, acts):
-        if f16_dots:
-          part = int4_word_dots_f16(words, *act)
-        else:
-          part = planes[0] * act[0]
-          for j in range(1, 8):
-            part += planes[j] * act[j]
+        part = planes[0] * act[0]
+        for j in range(1, 8):
+          part += planes[j] * act[j]
         if wpg > 1:                                   # the words of one group are adjacent in a thread
           part = jnp.sum(part.reshape(*part.shape[:-1], part.shape[-1] // wpg, wpg), axis=-1)
         new_rows.append(acc + part * scale)
@@ -141,20 +125,15 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
 
   zeros = jnp.zeros(cols.shape[:-1] + (cols.shape[-1] // wpg,), jnp.float32)
   accs = tuple(tuple(zeros for _ in act_rows) for _ in mats)
-  mark = (lambda c: pipeline_loop_loads(c, load_stages)) if load_stages else (lambda c: c)
   if prefetch:
     def pipelined(c, carry):
-      c = mark(c)
       accs, loaded = carry
       upcoming = load(c + 1)                       # issued before step c's arithmetic waits on its own loads
       return reduce_step(c, accs, loaded), upcoming
     accs, last = lax.fori_loop(0, num_chunks - 1, pipelined, (accs, load(0)))
     accs = reduce_step(num_chunks - 1, accs, last)
   else:
-    def step(c, accs):
-      c = mark(c)
-      return reduce_step(c, accs, load(c))
-    accs = lax.fori_loop(0, num_chunks, step, accs)
+    accs = lax.fori_loop(0, num_chunks, lambda c, accs: reduce_step(c, accs, load(c)), accs)
   if nc:
     return [[jnp.sum(jnp.sum(acc, axis=2), axis=0) for acc in acc_rows] for acc_rows in accs]
   return [[jnp.sum(acc, axis=1) for acc in acc_rows] for acc_rows in accs]
@@ -195,8 +174,7 @@ def _local_ranks(ids_ref, expert_offset, num_local):
 
 
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
-                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place, load_stages,
-                    pipeline_activations, f16_dots):
+                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -210,11 +188,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
   pairs unwritten).
   nibble4_in_place: xp's extraction (nibbles.py); h_nibble4_in_place: the down kernel's, which hp is pre-scaled for.
-  f16_dots: xp is f16_word_dots.activation_pairs' int32 [N, 4 * D/8] instead, followed by its f32 [N] rescale ref
-  (g and u are multiplied by their token's rescale).
   """
-  refs = list(refs)
-  rescale_ref = refs.pop(-6) if f16_dots else None               # right after xp
   if visits == "order":
     consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count = count_ref[0]
@@ -222,7 +196,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     consts_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count, order_ref = ids_ref.shape[0], None
   n0 = pl.program_id(0) * block_n
-  chunks = xp_ref.shape[1] * (2 if f16_dots else 1) // block_k   # 8 f32 planes or 4 pair planes of D/8 columns
+  chunks = xp_ref.shape[1] // block_k
   cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
   h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
 
@@ -233,12 +207,8 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
       g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
                                   [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
                                   block_k=block_k, group_size=group_size, nibble4_in_place=nibble4_in_place,
-                                  prefetch=prefetch, load_stages=load_stages,
-                                  pipeline_activations=pipeline_activations, f16_dots=f16_dots)  # R x [BN] each
+                                  prefetch=prefetch)                                           # R x [BN] each
       for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
-        if f16_dots:
-          rescale = rescale_ref[p // top_k]
-          g, u = g * rescale, u * rescale
         h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
         h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
         plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
@@ -270,8 +240,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
 
 
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                       block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place, load_stages,
-                       pipeline_activations):
+                       block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
   for tokens t = s, s + S, ..., summed in registers and written once per token (no zero-fill, no atomics).
 
@@ -288,8 +257,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
       def add_pair():
         ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1],
                              block_n=block_n, block_k=block_k, group_size=group_size,
-                             nibble4_in_place=nibble4_in_place, prefetch=prefetch,
-                             load_stages=load_stages, pipeline_activations=pipeline_activations)          # [BN]
+                             nibble4_in_place=nibble4_in_place, prefetch=prefetch)                       # [BN]
         return acc + wts_ref[p] * y
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
@@ -307,7 +275,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
                         *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch,
-                        nibble4_in_place, load_stages, pipeline_activations):
+                        nibble4_in_place):
   """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
   atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
   del out0_ref
@@ -324,8 +292,7 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
     def _():
       (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
                              block_n=block_n, block_k=block_k, group_size=group_size,
-                             nibble4_in_place=nibble4_in_place, prefetch=prefetch, load_stages=load_stages,
-                             pipeline_activations=pipeline_activations)
+                             nibble4_in_place=nibble4_in_place, prefetch=prefetch)
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
       for p, ok, y in zip(pairs, in_run, y_rows):
@@ -376,15 +343,13 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
                                              "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
-                                             "rank_in_kernel", "compact_pairs", "nibble4_in_place", "load_stages",
-                                             "pipeline_activations", "f16_dots", "interpret"))
+                                             "rank_in_kernel", "compact_pairs", "nibble4_in_place", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
                              block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=True,
-                             nibble4_in_place=None, load_stages=None, pipeline_activations=True,
-                             f16_dots=False, interpret=False):
+                             nibble4_in_place=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -413,11 +378,6 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   ending at once). Same results. The down kernel splits the tokens min(S, N) ways either way.
   nibble4_in_place: how the kernels extract nibble 4 (nibbles.py): a bool for both, or (gate/up, down); None:
   default_nibble4_in_place(N). Same results.
-  load_stages: 0 (off) or >= 2 (_tile_gemv: the K loop's loads pipelined by Triton through shared memory), an int
-  for both kernels or a (gate/up, down) pair; None: (0, 0). pipeline_activations: with load_stages, whether the
-  activation loads are pipelined too (True) or only the words and scales (False). Same results.
-  f16_dots: the gate/up kernel sums each word's 8 products in half2 arithmetic (f16_word_dots.py: ~2 instructions
-  a weight instead of 3, products rounded to fp16); the down kernel keeps the float32 planes.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -449,14 +409,6 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
     raise ValueError(f"routed_experts_int4_gemv: nibble4_in_place {nibble4_in_place!r} must be None, a bool or a "
                      "(gate/up, down) pair of bools")
   in_place_gate_up, in_place_down = nibble4_in_place
-  if load_stages is None:
-    load_stages = 0
-  if isinstance(load_stages, int):
-    load_stages = (load_stages, load_stages)
-  if not (isinstance(load_stages, tuple) and len(load_stages) == 2
-          and all(isinstance(v, int) and not isinstance(v, bool) and (v == 0 or v >= 2) for v in load_stages)):
-    raise ValueError(f"routed_experts_int4_gemv: load_stages {load_stages!r} must be None, 0 or an int >= 2, or a "
-                     "(gate/up, down) pair of those")
   prefetch = dprefetch if prefetch is None else prefetch
   if prefetch not in (0, 1, 2):
     raise ValueError(f"routed_experts_int4_gemv: prefetch {prefetch!r} must be 0, 1 or 2")
@@ -497,25 +449,21 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
   params_down = plgpu.CompilerParams(num_warps=num_warps_down or num_warps, num_stages=num_stages)
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits,
-                prefetch=prefetch, pipeline_activations=bool(pipeline_activations))
-  common_down = dict(common, block_k=block_k_down, nibble4_in_place=in_place_down, load_stages=load_stages[1])
+                prefetch=prefetch)
+  common_down = dict(common, block_k=block_k_down, nibble4_in_place=in_place_down)
   token_splits = min(pair_splits, n)             # the down kernel in token order: more splits than tokens idle
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
-  if f16_dots:
-    x_args = activation_pairs(x)                  # (int32 [N, 4 * D/8] half2 pairs, f32 [N] rescale)
-  else:
-    x_args = (activation_planes(x, nibble4_in_place=in_place_gate_up).reshape(n, d),)   # f32 planes, pre-scaled
+  xp = activation_planes(x, nibble4_in_place=in_place_gate_up).reshape(n, d)   # f32 planes, pre-scaled
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, visits="token_order" if in_token_order else "ranked" if rank_in_kernel
                         else "order", block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
                         unroll_pairs=unroll and in_token_order and pair_splits == 1 and rows_per_run == 1,
-                        nibble4_in_place=in_place_gate_up, h_nibble4_in_place=in_place_down,
-                        load_stages=load_stages[0], f16_dots=bool(f16_dots), **common),
+                        nibble4_in_place=in_place_gate_up, h_nibble4_in_place=in_place_down, **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
-  )(consts, *order_args, ids, *x_args, gate_packed, gate_scale, up_packed, up_scale)
+  )(consts, *order_args, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
 
   if not sort_pairs:
     return pl.pallas_call(

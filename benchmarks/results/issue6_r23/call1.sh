@@ -1,3 +1,4 @@
+# Run on commit 0ff5ca8 (load_stages and pipeline_activations were removed after this call, benchmarks/RESULTS.md round 23).
 # Issue 6, round 23 (session 28), call 1: the gemv's K loops marked for Triton's pipeliner (custom_calls/loop_stages.py:
 # `tt.num_stages` on the scf.for, so that loads are copied into shared memory asynchronously, load_stages - 1 steps
 # ahead, without holding registers), every load ("all") or only the words and scales ("w": pipeline_activations

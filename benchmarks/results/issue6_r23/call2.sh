@@ -1,3 +1,4 @@
+# Run on commit 724736a (f16_dots was removed after this call, benchmarks/RESULTS.md round 23).
 # Issue 6, round 23 (session 28), call 2: the gemv's gate/up kernel with half2 word dots (f16_word_dots.py, option
 # f16_dots: 161 instructions a K-loop trip at one token against 260, sm_90 SASS compiled without a GPU). GPU tests of
 # the PTX first; then k-chunked 256 (the engine's layout) at 1, 2 and 4 tokens, default / f16_dots alternated.

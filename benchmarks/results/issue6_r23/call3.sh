@@ -1,3 +1,4 @@
+# Run on commit 724736a (f16_dots was removed after this call, benchmarks/RESULTS.md round 23).
 # Issue 6, round 23 (session 28), call 3: why the half2 word dots (call 2: 161 instructions a K-loop trip against
 # 260) are not faster at one token: ncu's sections of the one-token gemv kernels, the default against f16_dots, on 8
 # local experts (ncu's save and restore around each replayed pass stays short), k-chunked layout.

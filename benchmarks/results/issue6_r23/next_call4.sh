@@ -4,7 +4,7 @@
 # k-chunked, 8 local experts). -c 2 profiles only the first two matching launches (the compile run's), so ncu's
 # replays stay short (call 3 of round 23 ran out at 230 s profiling every launch).
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $OUT/gpu.txt
-timeout 240 env PYTHONPATH=. ncu --clock-control none -k "regex:moe_int4_" -c 2 --set full -o $OUT/gemv1 \
+timeout 200 env PYTHONPATH=. ncu --clock-control none -k "regex:moe_int4_" -c 2 --set full -o $OUT/gemv1 \
   python3 benchmarks/ncu_programs.py drive --moe 1 --moe_experts 8 --no_moe_stored --runs 1 \
   --programs $OUT/ncu_programs.json > $OUT/ncu_drive.log 2>&1
 tail -3 $OUT/ncu_drive.log

@@ -12,11 +12,10 @@ projection).
 Nibble 4 in place (`nibble4_in_place=True`, PLANE_EXPONENTS) or from the shifted word (False,
 PLANE_EXPONENTS_SHIFTED): from the shifted word LLVM makes it a bit-field extract plus an OR (SHF + SGXT + LOP3 per
 word); in place it is one LOP3 like the others (sm_90 SASS compiled without a GPU, the few-token gate/up K loop:
-260 -> 244 instructions at one token, 279 -> 263 at 2-8 tokens, where its registers went from 56 to 60). Timed
-(H100, benchmarks/RESULTS.md, issue 6 twenty-second round), the dispatch default: in place is faster at 2 and 4
-tokens (0.0334 vs 0.0346 ms, 0.058 vs 0.0605) and slower at one token (0.0244 vs 0.0208), so it is a flag
-(pallas_gemv's nibble4_in_place, per kernel; the grouped kernels always mask in place).
-Every product is the same float32 number either way.
+260 -> 244 instructions at one token, 279 -> 263 at 2-8 tokens, where its registers went from 56 to 60). Timed,
+in place is faster at 2-4 tokens and slower at one token, so it is a flag (pallas_gemv's nibble4_in_place, per
+kernel; the measured defaults and their numbers are in pallas_gemv.default_nibble4_in_place; the grouped kernels
+always mask in place). Every product is the same float32 number either way.
 
 The activation layout that goes with it, "planes": [n, j * (K/8) + w] = x[n, 8w + j] * 2**-e_j (e = plane_exponents()),
 so that plane j's activations of a run of words are contiguous.

@@ -49,7 +49,7 @@ from custom_calls.pow2 import is_pow2, next_pow2
 
 
 def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
-               nibble4_in_place, prefetch=0, prefetch_steps=1):
+               nibble4_in_place, prefetch=0):
   """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
@@ -68,9 +68,7 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   0: each K step issues its loads at the top of its own trip and waits for them (one DRAM round trip per step);
   1: step c + 1's words and scales are loaded while step c is reduced (two steps' words in flight);
   2: its activations too (cache hits, but an L2 round trip per step otherwise).
-  prefetch_steps A (with prefetch >= 1): step c + A is loaded while step c is reduced, so A + 1 steps' words are in
-  flight (capped at the steps there are). The last A steps are peeled, so no step is loaded twice and nothing past K
-  is read.
+  The last step is peeled, so no step is loaded twice and nothing past K is read.
   """
   bk8 = block_k // 8
   k8 = act_ref.shape[1] // 8
@@ -128,16 +126,12 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   zeros = jnp.zeros(cols.shape[:-1] + (cols.shape[-1] // wpg,), jnp.float32)
   accs = tuple(tuple(zeros for _ in act_rows) for _ in mats)
   if prefetch:
-    ahead = max(1, min(prefetch_steps, num_chunks - 1))
-
     def pipelined(c, carry):
-      accs, queue = carry                          # queue: steps c .. c + ahead - 1, loaded
-      upcoming = load(c + ahead)                   # issued before step c's arithmetic waits on its own loads
-      return reduce_step(c, accs, queue[0]), queue[1:] + (upcoming,)
-    queue = tuple(load(c) for c in range(min(ahead, num_chunks)))
-    accs, queue = lax.fori_loop(0, num_chunks - len(queue), pipelined, (accs, queue))
-    for i, loaded in enumerate(queue):             # the peeled last steps
-      accs = reduce_step(num_chunks - len(queue) + i, accs, loaded)
+      accs, loaded = carry
+      upcoming = load(c + 1)                       # issued before step c's arithmetic waits on its own loads
+      return reduce_step(c, accs, loaded), upcoming
+    accs, last = lax.fori_loop(0, num_chunks - 1, pipelined, (accs, load(0)))
+    accs = reduce_step(num_chunks - 1, accs, last)
   else:
     accs = lax.fori_loop(0, num_chunks, lambda c, accs: reduce_step(c, accs, load(c)), accs)
   if nc:
@@ -180,8 +174,7 @@ def _local_ranks(ids_ref, expert_offset, num_local):
 
 
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
-                    pair_splits, prefetch, prefetch_steps, unroll_pairs, nibble4_in_place,
-                    h_nibble4_in_place):
+                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -214,7 +207,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
       g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
                                   [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
                                   block_k=block_k, group_size=group_size, nibble4_in_place=nibble4_in_place,
-                                  prefetch=prefetch, prefetch_steps=prefetch_steps)            # R x [BN] each
+                                  prefetch=prefetch)                                           # R x [BN] each
       for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
         h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
         h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
@@ -247,7 +240,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
 
 
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                       block_k, group_size, pair_splits, prefetch, prefetch_steps, unroll_pairs, nibble4_in_place):
+                       block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
   for tokens t = s, s + S, ..., summed in registers and written once per token (no zero-fill, no atomics).
 
@@ -264,8 +257,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
       def add_pair():
         ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1],
                              block_n=block_n, block_k=block_k, group_size=group_size,
-                             nibble4_in_place=nibble4_in_place, prefetch=prefetch,
-                             prefetch_steps=prefetch_steps)                                                # [BN]
+                             nibble4_in_place=nibble4_in_place, prefetch=prefetch)                       # [BN]
         return acc + wts_ref[p] * y
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
@@ -283,7 +275,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
                         *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch,
-                        prefetch_steps, nibble4_in_place):
+                        nibble4_in_place):
   """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
   atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
   del out0_ref
@@ -300,8 +292,7 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
     def _():
       (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
                              block_n=block_n, block_k=block_k, group_size=group_size,
-                             nibble4_in_place=nibble4_in_place, prefetch=prefetch,
-                             prefetch_steps=prefetch_steps)
+                             nibble4_in_place=nibble4_in_place, prefetch=prefetch)
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
       for p, ok, y in zip(pairs, in_run, y_rows):
@@ -351,13 +342,13 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
-                                             "prefetch", "prefetch_steps", "unroll_pairs", "block_k_down",
-                                             "num_warps_down", "rank_in_kernel", "compact_pairs", "nibble4_in_place", "interpret"))
+                                             "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
+                                             "rank_in_kernel", "compact_pairs", "nibble4_in_place", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
-                             rows_per_run=None, pair_splits=None, prefetch=None, prefetch_steps=1,
-                             unroll_pairs=None, block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=True,
+                             rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
+                             block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=True,
                              nibble4_in_place=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
@@ -371,8 +362,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   expert share a dequantised tile. Defaults by token count (default_gemv_blocks). Returns [N, D] in x.dtype.
   pair_splits S: a second grid axis; program (j, s) visits positions s, s + S, ... (gate/up) and tokens s,
   s + S, ... (down), so that a few pairs still make S times the programs (needs rows_per_run 1).
-  prefetch: 0, 1 or 2 (_tile_gemv: which loads the K loop issues ahead); prefetch_steps: how many K steps ahead
-  (with prefetch >= 1), so that a program has more of its words in flight.
+  prefetch: 0, 1 or 2 (_tile_gemv: how far the K loop loads ahead).
   unroll_pairs: visit the pairs in straight-line code where their number is static (the gate/up kernel in token
   order with runs of one pair; the down kernel's top-k pairs of a token), so that the expert ids are independent
   loads rather than one per loop trip. Same results. Defaults by token count (default_gemv_blocks).
@@ -422,8 +412,6 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   prefetch = dprefetch if prefetch is None else prefetch
   if prefetch not in (0, 1, 2):
     raise ValueError(f"routed_experts_int4_gemv: prefetch {prefetch!r} must be 0, 1 or 2")
-  if not isinstance(prefetch_steps, int) or prefetch_steps < 1:
-    raise ValueError(f"routed_experts_int4_gemv: prefetch_steps {prefetch_steps!r} must be an int >= 1")
   if up_packed.shape != gate_packed.shape:
     raise ValueError(f"routed_experts_int4_gemv: up_packed {tuple(up_packed.shape)} and gate_packed "
                      f"{tuple(gate_packed.shape)} must have one shape (one layout)")
@@ -461,7 +449,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
   params_down = plgpu.CompilerParams(num_warps=num_warps_down or num_warps, num_stages=num_stages)
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits,
-                prefetch=prefetch, prefetch_steps=prefetch_steps)
+                prefetch=prefetch)
   common_down = dict(common, block_k=block_k_down, nibble4_in_place=in_place_down)
   token_splits = min(pair_splits, n)             # the down kernel in token order: more splits than tokens idle
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)

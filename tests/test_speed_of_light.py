@@ -1,0 +1,64 @@
+"""benchmarks/speed_of_light.py: its read-only kernels compute the sums their XLA references say (Pallas
+interpreter, tiny shapes), so the GPU timings are of kernels that really read every byte counted."""
+import functools
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import kernels as kb  # noqa: E402
+import speed_of_light as sol  # noqa: E402
+
+E, D, I = 4, 256, 128
+
+
+@pytest.fixture(scope="module")
+def moe_args():
+  return kb.moe_inputs(3, 2, E, D, I)       # 2 tokens, one local expert each (column 0), the rest remote
+
+
+@pytest.mark.parametrize("variant", ["read_2", "read_1", "read_1_spin"])
+def test_moe_read_matches_reference(moe_args, variant):
+  x, ids, _w, *experts = moe_args
+  cfg = sol.moe_shape(smoke=True)[4][0]
+  got = np.asarray(jax.jit(functools.partial(sol.moe_read, variant=variant, cfg=cfg, interpret=True))(
+      x, ids, *experts))
+  want = np.asarray(sol.moe_read_reference(x, ids, *experts, variant=variant))
+  assert got.shape == (2, D) and np.all(np.isfinite(got))
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+  # the check can tell the variants apart: read_1 does not read the first part's output, the others do
+  other = np.asarray(sol.moe_read_reference(x, ids, *experts, variant="read_1" if variant != "read_1" else "read_2"))
+  assert np.max(np.abs(other - want)) > 1e-2
+
+
+def test_xla_read_sums_the_local_experts(moe_args):
+  x, ids, _w, *experts = moe_args
+  got = np.asarray(jax.jit(sol.xla_read)(x, ids, *experts))
+  want = []
+  for t in range(2):
+    e = int(ids[t, 0])
+    total = float(x[t, 0])
+    for a in experts:
+      part = jnp.sum(a[e].astype(jnp.int32)) if a.dtype == jnp.int32 else jnp.sum(a[e].astype(jnp.float32))
+      total += float(part)
+    want.append(total)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_mla_read_matches_reference():
+  q_lat, _qpe, ckv, kpe, _cl, _mask = kb.mla_inputs(5, 1, 1, 8, 512, 64, 32)
+  got = np.asarray(jax.jit(functools.partial(sol.mla_read, num_splits=4, combine=False, interpret=True))(
+      q_lat, ckv, kpe))
+  want = np.asarray(sol.mla_read_reference(q_lat, ckv, kpe, num_splits=4, combine=False))
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+  combined = np.asarray(jax.jit(functools.partial(sol.mla_read, num_splits=4, combine=True, interpret=True))(
+      q_lat, ckv, kpe))
+  assert combined.shape == (1, 16, 64) and np.all(np.isfinite(combined))
+  with pytest.raises(ValueError, match="splits of whole"):
+    sol.mla_read(q_lat, ckv, kpe, num_splits=3, combine=False, interpret=True)

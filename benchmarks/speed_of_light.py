@@ -79,10 +79,15 @@ def _rows_sum(mats, e, n0, *, block_n, block_k, group_size, unrolled):
   return jnp.sum(acc[0], axis=1).astype(jnp.float32) * 2.0 ** -24 + jnp.sum(acc[1], axis=1)
 
 
+UNROLL_MAX_PAIRS = 8          # pairs (first part) or tokens x top-k (second part) visited in straight-line code;
+                              # above, a loop (the compile grows with every unrolled pair)
+
+
 def _first_part(j, consts_ref, ids_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, *, top_k, cfg):
   """Gate/up rows [j*BN, (j+1)*BN) of every local pair's expert -> h[pair, rows] (remote pairs' rows unwritten)."""
   bn = cfg["block_n"]
-  for p in range(ids_ref.shape[0]):
+
+  def visit(p):
     e = ids_ref[p] - consts_ref[0]
 
     @pl.when((e >= 0) & (e < gw_ref.shape[0]))
@@ -91,12 +96,20 @@ def _first_part(j, consts_ref, ids_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h
                     group_size=cfg["group_size"], unrolled=cfg["unrolled"])
       h_ref[p, pl.ds(j * bn, bn)] = v + x_ref[p // top_k, 0].astype(jnp.float32)
 
+  pairs = ids_ref.shape[0]
+  if pairs <= UNROLL_MAX_PAIRS:
+    for p in range(pairs):
+      visit(p)
+  else:
+    lax.fori_loop(0, pairs, lambda p, carry: (visit(p), carry)[1], 0)
+
 
 def _second_part(j, consts_ref, ids_ref, x_ref, h_ref, dw_ref, ds_ref, out_ref, *, top_k, cfg, wait=None):
   """Down rows [j*BN, (j+1)*BN) of every local pair's expert, summed per token -> out[token, rows].
   h_ref None: no dependence on the first part; wait: called between the down reads and the read of h."""
   bn = cfg["block_n_down"]
-  for t in range(out_ref.shape[0]):
+
+  def token(t):
     acc = jnp.zeros((bn,), jnp.float32) + x_ref[t, 0].astype(jnp.float32)
     for k in range(top_k):
       p = t * top_k + k
@@ -113,6 +126,13 @@ def _second_part(j, consts_ref, ids_ref, x_ref, h_ref, dw_ref, ds_ref, out_ref, 
 
       acc = lax.cond((e >= 0) & (e < dw_ref.shape[0]), add, lambda acc: acc, acc)
     out_ref[t, pl.ds(j * bn, bn)] = acc
+
+  tokens = out_ref.shape[0]
+  if tokens * top_k <= UNROLL_MAX_PAIRS:
+    for t in range(tokens):
+      token(t)
+  else:
+    lax.fori_loop(0, tokens, lambda t, carry: (token(t), carry)[1], 0)
 
 
 def _counter_wait(sync_ref, programs, *, interpret):
@@ -216,7 +236,8 @@ def moe_shape(smoke):
                               dict(base, block_n=8, block_n_down=16, unrolled=True)]
 
 
-def bench_moe(tokens, smoke, rows, flush, every_config=True, num_configs=0):
+def bench_moe(tokens, smoke, rows, flush, every_config=True, num_configs=0,
+              variants=("read_2", "read_1", "read_1_spin")):
   """Rows of the MoE at these token counts (every_config: every read config at the first count; otherwise, and
   after it, the first config only: each pair visited is straight-line code, so the compile grows with the
   tokens)."""
@@ -238,7 +259,7 @@ def bench_moe(tokens, smoke, rows, flush, every_config=True, num_configs=0):
                                          impl="pallas_interpret" if smoke else "pallas"),
            "xla_read": xla_read}
     for ci, cfg in enumerate(cfgs):
-      for variant in ("read_2", "read_1", "read_1_spin"):
+      for variant in variants:
         name = variant + ("" if ci == 0 else f"@{ci}")
         fn = functools.partial(moe_read, variant=variant, cfg=cfg, interpret=smoke)
         try:
@@ -380,6 +401,7 @@ def main(argv=None):
   ap.add_argument("--mla_ctx", default="8192,32768", help="contexts of the batch-1 decode rows ('' for none)")
   ap.add_argument("--mla_heads", type=int, default=8)
   ap.add_argument("--moe_configs", type=int, default=0, help="time only the first N read configs (0: all)")
+  ap.add_argument("--moe_variants", default="read_2,read_1,read_1_spin", help="the MoE read variants to time")
   ap.add_argument("--out", default=None, help="JSON path (default $OUT/speed_of_light.json)")
   a = ap.parse_args(argv)
   if a.smoke:
@@ -392,10 +414,13 @@ def main(argv=None):
              copy_bw_Bps=copy_bw, bf16_matmul_flops=mm, rows=rows)
   flush = lambda: write_json(out, doc)                 # after every row: a run cut short keeps what it timed
   moe_tokens = [1, 2] if a.smoke else ints(a.moe_tokens)
+  variants = tuple(v for v in a.moe_variants.split(",") if v)
+  if set(variants) - {"read_2", "read_1", "read_1_spin"}:
+    raise SystemExit(f"--moe_variants {a.moe_variants!r}: expected names among read_2, read_1, read_1_spin")
   # the first token count, then the decode rows, then the other token counts (most telling first)
-  bench_moe(moe_tokens[:1], a.smoke, rows, flush, num_configs=a.moe_configs)
+  bench_moe(moe_tokens[:1], a.smoke, rows, flush, num_configs=a.moe_configs, variants=variants)
   bench_mla([1024] if a.smoke else ints(a.mla_ctx), a.mla_heads, a.smoke, rows, flush)
-  bench_moe(moe_tokens[1:], a.smoke, rows, flush, every_config=False)
+  bench_moe(moe_tokens[1:], a.smoke, rows, flush, every_config=False, variants=variants)
   flush()
   print(table(rows, copy_bw), flush=True)
   return rows

@@ -7,26 +7,29 @@ leave 3-13 us per call. This script separates what the dispatch's arithmetic cos
 structure costs, by timing kernels that read exactly the bytes the roofline counts and do almost nothing else:
 
 INT4 MoE (K2.6 shard, stored layout; the words summed as int32, the scales as f32, one pass over every hit
-expert's gate, up and down words and scales; each program visits the pairs as pallas_gemv does):
+expert's gate, up and down words and scales; pallas_gemv's column tiles and K steps, each program visiting every
+(token, expert) pair and skipping the remote ones, in straight-line code up to UNROLL_MAX_PAIRS pairs):
   dispatch     custom_calls.moe_int4.routed_experts_int4, impl "pallas" (what the model runs);
   read_2       two launches, gate/up rows then down rows; the second reads the first's output (so XLA orders
                them, as the gemv's down kernel reads h);
   read_1       one launch: programs [0, G1) read gate/up rows, [G1, G1 + G2) down rows, with no dependence (the
-               bound for any single-launch design);
+               bound of a single launch over this grid);
   read_1_spin  one launch with the dependence kept inside it: the down programs read their rows, then wait on
                a counter that every gate/up program increments when done, then read the first part's output
                (the "down weights load while gate/up runs" design; a wait that gives up writes NaN);
-  xla_read     XLA reductions over the hit experts' arrays (dynamic slices fused into the reductions).
+  xla_read     XLA reductions over the hit experts' arrays (dynamic slices fused into the reductions; indexed
+               through x, so that they stay on the harness's chain).
 MLA decode (1 x T=1 x H x ctx, the latent cache ckv [1, S, 512] + kpe [1, S, 64] bf16):
   dispatch     custom_calls.mla_attention, impl "auto";
   read         one launch over the dispatch's key splits: per split, ones @ key block on the tensor cores (loads
                pipelined by Triton as the attention kernel's are), [16, 512] f32 partials out;
   read_combine the same, then split_combine.combine_partials over the splits (the dispatch's two launches);
-  xla_read     XLA's reduction of the cache over keys.
+  xla_read     XLA's reduction of the cache over keys (scaled through x, on the chain).
 Every read kernel is checked against an XLA computation of the same sums.
 
 Usage (GPU): PYTHONPATH=. python3 benchmarks/speed_of_light.py [--moe_tokens 1,2,4] [--mla_ctx 8192,32768]
-       (CPU): PYTHONPATH=. python3 benchmarks/speed_of_light.py --smoke   (interpret mode, tiny shapes)
+       (CPU): PYTHONPATH=. python3 benchmarks/speed_of_light.py --smoke   (interpret mode, tiny shapes, ~5 min;
+              tests/test_speed_of_light.py checks the read kernels alone)
 Writes $OUT/speed_of_light.json (or --out).
 """
 from __future__ import annotations
@@ -40,7 +43,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
@@ -153,7 +155,7 @@ def moe_read(x, ids, gw, gs, uw, us, dw, ds, *, variant, cfg, interpret=False):
   arrays. Returns f32 [N, D]."""
   n, d = x.shape
   top_k = ids.shape[1]
-  e_local, inter, _ = gw.shape
+  inter = gw.shape[1]
   g1, g2 = inter // cfg["block_n"], d // cfg["block_n_down"]
   flat = ids.reshape(-1).astype(jnp.int32)
   consts = jnp.zeros((2,), jnp.int32)                       # expert offset 0, counter 0

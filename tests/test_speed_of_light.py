@@ -57,7 +57,7 @@ def test_mla_read_matches_reference():
   q_lat, _qpe, ckv, kpe, _cl, _mask = kb.mla_inputs(5, 1, 1, 8, 512, 64, 32)
   got = np.asarray(jax.jit(functools.partial(sol.mla_read, num_splits=4, combine=False, interpret=True))(
       q_lat, ckv, kpe))
-  want = np.asarray(sol.mla_read_reference(q_lat, ckv, kpe, num_splits=4, combine=False))
+  want = np.asarray(sol.mla_read_reference(q_lat, ckv, kpe, num_splits=4))
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
   combined = np.asarray(jax.jit(functools.partial(sol.mla_read, num_splits=4, combine=True, interpret=True))(
       q_lat, ckv, kpe))

@@ -20,6 +20,45 @@ if (os.environ.get("DDTREE_TEST_XLA_O0", "1") != "0"
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _O0).strip()
 
 
+# One JAX persistent compilation cache for the subprocesses the tests start (they inherit the environment): they
+# compile the same small programs again and again (each CLI test runs ddtree-generate several times on one tiny
+# checkpoint; the notebooks, the two-process runs, the 8-device workers). Measured (session 31, 2 cores): a second
+# `ddtree-generate` run of the tiny checkpoint took 4.2 s instead of 10.8 s; tests/test_cli_generate.py 94 s instead
+# of 116 s. The pytest processes themselves do not use it: their own jit caches already keep what they compiled,
+# and writing every program to the cache made test_spec_lossless.py 6% slower (133 s against 125 s).
+# The directory is new for each run (made by the first pytest process to load this file: the xdist controller, or
+# pytest alone), shared with the workers through _CACHE_OWNED, and removed by its maker at exit, so no executable
+# outlives the run that compiled it. A hit returns what XLA compiled from the same HLO with the same flags, so the
+# tests check the same programs. DDTREE_TEST_COMPILE_CACHE=0 turns it off; a JAX_COMPILATION_CACHE_DIR that the
+# environment already names is used as it is, in every process, and not removed.
+_CACHE_OWNED = "DDTREE_TEST_COMPILE_CACHE_DIR"
+
+
+def _subprocess_compilation_cache():
+  """Sets up the cache's environment; returns whether this process should turn the cache off for itself."""
+  if os.environ.get("DDTREE_TEST_COMPILE_CACHE", "1") == "0":
+    return False
+  if os.environ.get(_CACHE_OWNED):                        # an xdist worker of a run whose controller made it
+    return True
+  if os.environ.get("JAX_COMPILATION_CACHE_DIR"):         # the user's own cache
+    return False
+  import atexit
+  import shutil
+  import tempfile
+  path = tempfile.mkdtemp(prefix="ddtree-test-xla-cache-")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_OWNED] = path
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")   # not the many tiny eager-op programs
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+  # A size limit turns on JAX's file lock around every read and write of the cache (without one, a process could
+  # read an entry another is still writing; JAX would warn and compile it again).
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
+  atexit.register(shutil.rmtree, path, ignore_errors=True)
+  return True
+
+
+_CACHE_OFF_HERE = _subprocess_compilation_cache()
+
+
 # Mosaic GPU interpret mode (test_kernels_mla_mosaic.py) runs a kernel's warpgroups as threads that execute
 # nested CPU programs whose host callbacks block on each other (the kernel's barriers). Those callbacks hold
 # threads of XLA's CPU intra-op pool, which is as large as the machine has cores: on 2 cores it starved and
@@ -28,6 +67,11 @@ if (os.environ.get("DDTREE_TEST_XLA_O0", "1") != "0"
 from custom_calls.mla_attention.mosaic_gpu import reserve_cpu_threads_for_interpret  # noqa: E402
 
 reserve_cpu_threads_for_interpret()
+
+if _CACHE_OFF_HERE:
+  import jax  # noqa: E402
+
+  jax.config.update("jax_enable_compilation_cache", False)
 
 
 def pytest_addoption(parser):

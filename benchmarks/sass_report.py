@@ -12,9 +12,10 @@ nvdisasm and cuobjdump for sm_90):
   2. compile (any Python with `pip install triton==3.6.0`, the GPU machine's Triton; no GPU needed):
        python benchmarks/sass_report.py compile --dir /tmp/sass --num_warps 8 --num_stages 2
 
-`compile` prints per module: registers, stack bytes (spills), shared memory, and the instruction histogram of
-every loop (a backward branch), which is what decided the changes recorded in benchmarks/RESULTS.md
-("Issue 6, fourth round"). num_warps / num_stages must be the ones the kernel is launched with.
+`compile` prints per module: registers, stack bytes (spills), shared memory, the whole kernel's barriers and
+shared-memory instructions (BAR, STS, LDS, STSM, LDSM: where Triton converts layouts), and the instruction histogram
+of every loop (a backward branch) with the same counts, which is what decided the changes recorded in
+benchmarks/RESULTS.md ("Issue 6, fourth round"). num_warps / num_stages must be the ones the kernel is launched with.
 """
 from __future__ import annotations
 
@@ -74,6 +75,24 @@ def lower(args):
   print("\n".join(written))
 
 
+SYNC_OPCODES = ("BAR", "STS", "LDS", "STSM", "LDSM")    # barriers and shared memory (layout conversions go through them)
+
+
+def opcode_counts(lines):
+  """Counter of the SASS opcodes in these nvdisasm lines (predicates skipped)."""
+  ops = collections.Counter()
+  for x in lines:
+    mm = re.match(r"^\s*/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", x)
+    if mm:
+      ops[mm.group(2)] += 1
+  return ops
+
+
+def sync_counts(ops):
+  """'BAR n STS n LDS n STSM n LDSM n': the opcodes the most_common(16) histogram can leave out."""
+  return " ".join(f"{op} {ops.get(op, 0)}" for op in SYNC_OPCODES)
+
+
 def loop_histograms(sass: str):
   """{(label, first line, last line): Counter of opcodes} for every loop (a branch back to an earlier label)."""
   lines = sass.splitlines()
@@ -83,11 +102,7 @@ def loop_histograms(sass: str):
     m = re.search(r"BRA `?\(?(\.L_x_\d+)", line)
     if m and m.group(1) in labels and labels[m.group(1)] < i:
       start = labels[m.group(1)]
-      ops = collections.Counter()
-      for x in lines[start:i + 1]:
-        mm = re.match(r"^\s*/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", x)
-        if mm:
-          ops[mm.group(2)] += 1
+      ops = opcode_counts(lines[start:i + 1])
       if sum(ops.values()) > 1:
         loops[(m.group(1), start, i)] = ops
   return loops
@@ -108,9 +123,12 @@ def compile_dir(args):
     sass = subprocess.run([os.path.join(tools, "nvdisasm"), "-c", cubin], capture_output=True, text=True).stdout
     with open(path[:-5] + ".sass", "w") as f:
       f.write(sass)
-    print(f"{os.path.basename(path)}: {res} (dynamic shared {k.metadata.shared} B)")
+    whole = opcode_counts(sass.splitlines())
+    print(f"{os.path.basename(path)}: {res} (dynamic shared {k.metadata.shared} B); whole kernel {sum(whole.values())} "
+          f"instructions, {sync_counts(whole)}")
     for (label, a, b), ops in loop_histograms(sass).items():
-      print(f"  loop {label} ({b - a} lines): {sum(ops.values())} instructions: {dict(ops.most_common(16))}")
+      print(f"  loop {label} ({b - a} lines): {sum(ops.values())} instructions ({sync_counts(ops)}): "
+            f"{dict(ops.most_common(16))}")
 
 
 def main():

@@ -61,6 +61,10 @@ MOE_KERNELS = {
                                                                         compact_pairs=False),
     "gemv_down_options": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, block_k_down=128,
                                                              num_warps_down=8),
+    # the down tile as one 8-row tile (the default at these token counts is two of 4 rows), both down kernels
+    "gemv_one_down_tile": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, down_row_splits=1),
+    "gemv_sorted_one_down_tile": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True,
+                                                                     down_row_splits=1),
     "grouped": lambda *a: routed_experts_int4_pallas(*a, 0),
     "grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256),
     "grouped_f32_planes": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256, exact_bf16=False),
@@ -73,8 +77,9 @@ def test_moe_kernels_lower_for_h200(kernel):
 
 
 def test_moe_gemv_down_kernel_options_reach_its_launch():
-  """block_k_down sets the down kernel's word tiles ([8, 64] words at K steps of 512, [8, 16] at 128) and
-  num_warps_down its launch; the gate/up kernel keeps block_k and num_warps."""
+  """block_k_down sets the down kernel's word tiles ([4, 64] words at K steps of 512, [4, 16] at 128: its 8 rows as
+  two 4-row tiles, default_down_row_splits) and num_warps_down its launch; the gate/up kernel keeps block_k and
+  num_warps. down_row_splits 1 gives one [8, 64] tile."""
   import re
 
   def lowered(**kw):
@@ -83,10 +88,12 @@ def test_moe_gemv_down_kernel_options_reach_its_launch():
                                  on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
     return modules, re.findall(r"num_warps = (\d+)", low.as_text())
   (gate_up, down), warps = lowered()
-  assert "tensor<8x64xi32>" in down and warps == ["4", "4"]
+  assert "tensor<4x64xi32>" in down and "tensor<8x64xi32>" not in down and warps == ["4", "4"]
   (gate_up_k, down_k), warps_k = lowered(block_k_down=128, num_warps_down=8)
-  assert "tensor<8x64xi32>" not in down_k and "tensor<8x16xi32>" in down_k and gate_up_k == gate_up
+  assert "tensor<4x64xi32>" not in down_k and "tensor<4x16xi32>" in down_k and gate_up_k == gate_up
   assert warps_k == ["4", "8"]
+  (gate_up_1, down_1), _ = lowered(down_row_splits=1)
+  assert "tensor<8x64xi32>" in down_1 and "tensor<4x64xi32>" not in down_1 and gate_up_1 == gate_up
 
 
 def test_moe_gemv_rank_in_kernel_lowers_for_pair_counts_not_powers_of_two():

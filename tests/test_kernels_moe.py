@@ -307,6 +307,28 @@ def test_gemv_nibble4_extraction_gives_the_same_bits(n):
     routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128, nibble4_in_place=(True,))
 
 
+@pytest.mark.parametrize("chunk,opts", [(None, {}), (128, dict(sort_pairs=True, rows_per_run=2))])
+def test_gemv_down_row_splits_agree(chunk, opts):
+  """down_row_splits 2 (the down tile as two halves sharing the activation loads; the default at up to 8 tokens)
+  against 1, in token order and sorted, stored and k-chunked (K step of two chunks): the same sums per row, reduced
+  in another order in interpret mode, so equal to float32 rounding."""
+  from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
+  from custom_calls.moe_int4.pallas_gemv import default_down_row_splits, routed_experts_int4_gemv
+  assert [default_down_row_splits(n, bn) for n, bn in ((1, 8), (8, 8), (9, 8), (3, 4))] == [2, 2, 1, 1]
+  x, ids, w, stored = make_inputs(83 + (chunk or 0), 3, 3, 12, 6, 512, 256, jnp.float32)
+  assert np.any((np.asarray(ids) >= 3) & (np.asarray(ids) < 9)), "the test needs local pairs (experts 3..8)"
+  experts = experts_to_k_chunks(stored, chunk) if chunk else stored
+  run = lambda splits: routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=256,
+                                                down_row_splits=splits, **opts)
+  whole, halves = run(1), run(2)
+  assert np.all(np.isfinite(np.asarray(halves))) and np.any(np.asarray(halves) != 0)
+  assert rel_err(halves, whole) < 2e-6
+  assert rel_err(halves, reference_f32(x, ids, w, stored, 3)) < 1e-5
+  for bad in (3, 16, 0, True):                               # not a power of two, above block_n_down 8, a bool
+    with pytest.raises(ValueError, match="down_row_splits .* must be a power of two dividing block_n_down 8"):
+      routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=256, down_row_splits=bad)
+
+
 def test_gemv_activation_planes():
   from custom_calls.moe_int4.pallas_gemv import activation_planes
   x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 64)), jnp.float32)

@@ -16,7 +16,9 @@ per SM on an H200). In token order this path has no routing sort and no atomics:
   (nibbles.py): x is rearranged by XLA (`activation_planes`); h is written by the gate/up kernel
   straight in that layout.
 - Down: program j walks tokens in order and their top-k pairs, summing weight * y in registers, and
-  writes out[token, tile] once: every output element is written exactly once, no zero-fill.
+  writes out[token, tile] once: every output element is written exactly once, no zero-fill. Its 8-row tile is
+  reduced as two 4-row tiles (`down_row_splits`), whose scale tiles Triton loads in the group sums' layout: no
+  layout conversion through shared memory in the K loop (H100: 3.5-7% faster at 1-8 tokens on k-chunked experts).
 - `pair_splits` S > 1: a second grid axis splits the pairs (gate/up: the local pairs, compacted first) and
   the tokens (down) S ways, so that S programs share a column tile's pairs instead of one walking them all.
   The default at 2-8 tokens (S = tokens): on the H200 0.070 ms against 0.085 unsplit at 4 tokens. The local
@@ -48,10 +50,12 @@ from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_plane
 from custom_calls.pow2 import is_pow2, next_pow2
 
 
-def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
+def _tile_gemv(mats, e, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
                nibble4_in_place, prefetch=0):
-  """For each (w_ref, s_ref) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
+  """For each (w_ref, s_ref, n0) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
+  mats: tiles of BN output rows each, from one matrix or several (gate and up at the same rows; the down
+  kernel's halves of one matrix, row_splits), all reduced against the same activation loads.
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
   nibble planes (plane j at columns [j*K/8, (j+1)*K/8)); act_rows / act_ok: R scalars (i32 row, bool: row r's
   result is used; act_rows[0] must be a valid row);
@@ -63,6 +67,13 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   Everything is a [BN, BK/8] tile in one layout: the activations are loaded already broadcast over the BN
   rows (each thread loads the columns of its own words, cache hits), because a [BK/8] vector broadcast in
   registers makes Triton convert layouts through shared memory (a barrier per plane, H200 SASS).
+  The scale tile is the exception: Triton loads it in a layout of its own (up to 16 contiguous bytes a thread, as
+  many scales as the tile has per thread) and converts it to the layout of the group sums (one sum a thread and
+  row at 4 words a thread and groups of 32). Where the tile has more scales than the program has threads (8 rows
+  x 32 groups at 4 warps and a K step of 1024: 2 a thread) that conversion goes through shared memory every K
+  step (two barriers and an STS/LDS round trip; sm_90 SASS, benchmarks/RESULTS.md, issue 6 twenty-fifth and
+  twenty-sixth rounds). At one scale a thread (4 rows: the gate/up tiles, the down kernel's halves with
+  down_row_splits 2) the two layouts are the same and the K loop has no barrier.
 
   prefetch (software pipelining in registers; Triton's pipeliner leaves these loads alone, as they feed no dot):
   0: each K step issues its loads at the top of its own trip and waits for them (one DRAM round trip per step);
@@ -87,8 +98,8 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
   # loads need no mask; the caller discards those rows' results.
   safe_rows = [act_rows[0]] + [jnp.where(ok, row, act_rows[0]) for row, ok in zip(act_rows[1:], act_ok[1:])]
 
-  def tiles(w_ref, s_ref, c):
-    """The K step c of one matrix: (words, f32 scales), each [NC, BN, .] or [BN, .]."""
+  def tiles(w_ref, s_ref, n0, c):
+    """The K step c of one tile: (words, f32 scales), each [NC, BN, .] or [BN, .]."""
     if nc:
       words = w_ref[e, pl.ds(c * nc, nc), pl.ds(n0, block_n), :]
       scale = s_ref[e, pl.ds(c * nc, nc), pl.ds(n0, block_n), :]
@@ -103,7 +114,7 @@ def _tile_gemv(mats, e, n0, act_ref, act_rows, act_ok, num_chunks, magic, *, blo
 
   def load(c):
     """What K step c reads: ([(words, scales) per mat], activations or None)."""
-    return [tiles(w_ref, s_ref, c) for w_ref, s_ref in mats], (load_acts(c) if prefetch >= 2 else None)
+    return [tiles(w_ref, s_ref, n0, c) for w_ref, s_ref, n0 in mats], (load_acts(c) if prefetch >= 2 else None)
 
   def reduce_step(c, accs, loaded):
     mat_tiles, acts = loaded
@@ -204,7 +215,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     """h of the run's pairs (in_run[r]: pair r belongs to the run; in_run[0]: the run's expert is local)."""
     @pl.when(in_run[0])
     def _():
-      g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref), (uw_ref, us_ref)), e, n0, xp_ref,
+      g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref, n0), (uw_ref, us_ref, n0)), e, xp_ref,
                                   [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
                                   block_k=block_k, group_size=group_size, nibble4_in_place=nibble4_in_place,
                                   prefetch=prefetch)                                           # R x [BN] each
@@ -240,14 +251,17 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
 
 
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
-                       block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place):
+                       block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place, row_splits):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
   for tokens t = s, s + S, ..., summed in registers and written once per token (no zero-fill, no atomics).
 
   ids/wts: [P] (token-major); hp: [P, 8 * I/8] planes; dw: int32 [E, D, I/8]; ds: [E, D, I/g]; out: [N, D].
+  row_splits: the BN rows as this many tiles of BN / row_splits rows (routed_experts_int4_gemv's down_row_splits).
   """
   n0 = pl.program_id(0) * block_n
   chunks = hp_ref.shape[1] // block_k
+  sub_n = block_n // row_splits
+  tiles = tuple((dw_ref, ds_ref, n0 + i * sub_n) for i in range(row_splits))     # each [sub_n] rows
 
   def token(t):
     def pair(k, acc):
@@ -255,19 +269,19 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
       e = ids_ref[p] - consts_ref[0]
 
       def add_pair():
-        ((y,),) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, [p], [True], chunks, consts_ref[1],
-                             block_n=block_n, block_k=block_k, group_size=group_size,
-                             nibble4_in_place=nibble4_in_place, prefetch=prefetch)                       # [BN]
-        return acc + wts_ref[p] * y
+        ys = _tile_gemv(tiles, e, hp_ref, [p], [True], chunks, consts_ref[1], block_n=sub_n, block_k=block_k,
+                        group_size=group_size, nibble4_in_place=nibble4_in_place, prefetch=prefetch)
+        return tuple(a + wts_ref[p] * y for a, (y,) in zip(acc, ys))          # row_splits x [sub_n]
       return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
 
-    acc = jnp.zeros((block_n,), jnp.float32)
+    acc = tuple(jnp.zeros((sub_n,), jnp.float32) for _ in tiles)
     if unroll_pairs:                       # straight-line code (the Triton lowering has no unrolled fori_loop)
       for k in range(top_k):
         acc = pair(k, acc)
     else:
       acc = lax.fori_loop(0, top_k, pair, acc)
-    out_ref[t, pl.ds(n0, block_n)] = acc.astype(out_ref.dtype)
+    for (_, _, row0), a in zip(tiles, acc):
+      out_ref[t, pl.ds(row0, sub_n)] = a.astype(out_ref.dtype)
     return t + pair_splits
 
   lax.while_loop(lambda t: t < out_ref.shape[0], token, pl.program_id(1))   # tokens s, s + S, ...
@@ -275,14 +289,16 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
 
 def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
                         *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch,
-                        nibble4_in_place):
+                        nibble4_in_place, row_splits):
   """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
-  atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D]."""
+  atomically add w * (h @ W_down[e]^T) into out[token, j*BN:(j+1)*BN]. out (aliased to out0, zeros): f32 [N, D].
+  row_splits: as in _down_token_kernel."""
   del out0_ref
   n0 = pl.program_id(0) * block_n
   chunks = hp_ref.shape[1] // block_k
   count = count_ref[0]
-  cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
+  sub_n = block_n // row_splits
+  tiles = tuple((dw_ref, ds_ref, n0 + i * sub_n) for i in range(row_splits))     # each [sub_n] rows
 
   def visit(i):
     pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, consts_ref[0], rows_per_run=rows_per_run,
@@ -290,13 +306,14 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
 
     @pl.when(in_run[0])
     def _():
-      (y_rows,) = _tile_gemv(((dw_ref, ds_ref),), e, n0, hp_ref, pairs, in_run, chunks, consts_ref[1],
-                             block_n=block_n, block_k=block_k, group_size=group_size,
-                             nibble4_in_place=nibble4_in_place, prefetch=prefetch)
+      ys = _tile_gemv(tiles, e, hp_ref, pairs, in_run, chunks, consts_ref[1], block_n=sub_n, block_k=block_k,
+                      group_size=group_size, nibble4_in_place=nibble4_in_place, prefetch=prefetch)
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
-      for p, ok, y in zip(pairs, in_run, y_rows):
-        plgpu.atomic_add(out_ref, (p // top_k, cols), y * jnp.where(ok, wts_ref[p], 0.0))
+      for (_, _, row0), y_rows in zip(tiles, ys):
+        cols = row0 + jnp.arange(sub_n, dtype=jnp.int32)
+        for p, ok, y in zip(pairs, in_run, y_rows):
+          plgpu.atomic_add(out_ref, (p // top_k, cols), y * jnp.where(ok, wts_ref[p], 0.0))
     return i + (length if pair_splits == 1 else pair_splits)
 
   lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
@@ -316,7 +333,7 @@ def default_gemv_blocks(num_tokens):
     # 0.070 ms against 0.085 unsplit). prefetch (twelfth round): 1 at one token (1-3 us faster), 0 above (its
     # registers cost more than the step in flight gains there; call 4: 37.1 / 65.3 / 90.1 with it at 2 / 4 / 6).
     # 8 tokens (the dispatch runs the grouped kernels there): 110.7 us in call 4, 120.6 with the former defaults
-    # (round 12, call 3).
+    # (round 12, call 3). The down tile's 8 rows are reduced as two tiles of 4 (default_down_row_splits).
     return 4, 8, 1024, 4, 2, False, 1, num_tokens, 1 if num_tokens == 1 else 0, True
   return 4, 8, 1024, 4, 2, True, 2, 1, 0, False
 
@@ -328,6 +345,15 @@ def default_nibble4_in_place(num_tokens):
   Per kernel at one token (call 3, one sample each): each kernel is slower in place, and k-chunked 31.4 against 21.1.
   k-chunked at 2 and 4 tokens (call 4, two runs each): in place 36.0 / 62.7 against 36.3 / 63.4."""
   return (num_tokens > 1, num_tokens > 1)
+
+
+def default_down_row_splits(num_tokens, block_n_down):
+  """The down kernel's row tiles (routed_experts_int4_gemv's down_row_splits): 2 (two tiles of 4 rows, no layout
+  conversion in the K loop) for the default 8-row tile at up to 8 tokens, else 1 (not timed).
+  H100, k-chunked experts (chunk 256), us per call, two runs each (benchmarks/RESULTS.md, issue 6 twenty-sixth round,
+  calls 1-2), 1 / 2 / 4 / 6 / 8 tokens: 20.0 / 35.0-35.1 / 59.5-60.4 / 82.5-83.0 / 106.5-107.1 against 20.9-21.2 /
+  36.4-36.6 / 63.6-63.8 / 89.0-89.1 / 112.1-113.9 with one 8-row tile."""
+  return 2 if num_tokens <= 8 and block_n_down == 8 else 1
 
 
 def supported(x, gate_packed, down_packed, group_size, block_k=1024):
@@ -343,13 +369,14 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
                                              "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
-                                             "rank_in_kernel", "compact_pairs", "nibble4_in_place", "interpret"))
+                                             "rank_in_kernel", "compact_pairs", "nibble4_in_place", "down_row_splits",
+                                             "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
                              block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=True,
-                             nibble4_in_place=None, interpret=False):
+                             nibble4_in_place=None, down_row_splits=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -378,6 +405,11 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   ending at once). Same results. The down kernel splits the tokens min(S, N) ways either way.
   nibble4_in_place: how the kernels extract nibble 4 (nibbles.py): a bool for both, or (gate/up, down); None:
   default_nibble4_in_place(N). Same results.
+  down_row_splits R: the down kernel reduces its BN rows as R tiles of BN / R rows that share each K step's
+  activation loads (as gate and up share them), so that each scale tile is loaded in the group sums' layout
+  (_tile_gemv: at 4 warps and a K step of 1024, BN 8 as 2 x 4 rows leaves the down loop without barriers or
+  shared memory). A power of two dividing block_n_down; None: default_down_row_splits(N, block_n_down). The same
+  sums per row (another order of the final reduction is possible: float32 rounding).
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -409,6 +441,12 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
     raise ValueError(f"routed_experts_int4_gemv: nibble4_in_place {nibble4_in_place!r} must be None, a bool or a "
                      "(gate/up, down) pair of bools")
   in_place_gate_up, in_place_down = nibble4_in_place
+  if down_row_splits is None:
+    down_row_splits = default_down_row_splits(n, block_n_down)
+  if not (isinstance(down_row_splits, int) and not isinstance(down_row_splits, bool) and is_pow2(down_row_splits)
+          and block_n_down % down_row_splits == 0):
+    raise ValueError(f"routed_experts_int4_gemv: down_row_splits {down_row_splits!r} must be a power of two dividing "
+                     f"block_n_down {block_n_down}")
   prefetch = dprefetch if prefetch is None else prefetch
   if prefetch not in (0, 1, 2):
     raise ValueError(f"routed_experts_int4_gemv: prefetch {prefetch!r} must be 0, 1 or 2")
@@ -450,7 +488,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   params_down = plgpu.CompilerParams(num_warps=num_warps_down or num_warps, num_stages=num_stages)
   common = dict(top_k=top_k, num_local=e, block_k=block_k, group_size=group_size, pair_splits=pair_splits,
                 prefetch=prefetch)
-  common_down = dict(common, block_k=block_k_down, nibble4_in_place=in_place_down)
+  common_down = dict(common, block_k=block_k_down, nibble4_in_place=in_place_down, row_splits=down_row_splits)
   token_splits = min(pair_splits, n)             # the down kernel in token order: more splits than tokens idle
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
   xp = activation_planes(x, nibble4_in_place=in_place_gate_up).reshape(n, d)   # f32 planes, pre-scaled

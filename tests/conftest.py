@@ -23,7 +23,7 @@ if (os.environ.get("DDTREE_TEST_XLA_O0", "1") != "0"
 # One JAX persistent compilation cache for the subprocesses the tests start (they inherit the environment): they
 # compile the same small programs again and again (each CLI test runs ddtree-generate several times on one tiny
 # checkpoint; the notebooks, the two-process runs, the 8-device workers). Measured (session 31, 2 cores): a second
-# `ddtree-generate` run of the tiny checkpoint took 4.2 s instead of 10.8 s; tests/test_cli_generate.py 94 s instead
+# `ddtree-generate` run of the tiny checkpoint took 4.2 s instead of 10.8 s; tests/test_cli_generate.py 85 s instead
 # of 116 s. The pytest processes themselves do not use it: their own jit caches already keep what they compiled,
 # and writing every program to the cache made test_spec_lossless.py 6% slower (133 s against 125 s).
 # The directory is new for each run (made by the first pytest process to load this file: the xdist controller, or

@@ -250,6 +250,13 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     lax.while_loop(lambda i: i < count, visit, pl.program_id(1))
 
 
+def _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits):
+  """The down kernels' BN output rows from n0 as row_splits tiles for _tile_gemv: (rows per tile, ((dw_ref, ds_ref,
+  first row) per tile))."""
+  sub_n = block_n // row_splits
+  return sub_n, tuple((dw_ref, ds_ref, n0 + i * sub_n) for i in range(row_splits))
+
+
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
                        block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place, row_splits):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
@@ -260,8 +267,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
   """
   n0 = pl.program_id(0) * block_n
   chunks = hp_ref.shape[1] // block_k
-  sub_n = block_n // row_splits
-  tiles = tuple((dw_ref, ds_ref, n0 + i * sub_n) for i in range(row_splits))     # each [sub_n] rows
+  sub_n, tiles = _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits)
 
   def token(t):
     def pair(k, acc):
@@ -297,8 +303,7 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
   n0 = pl.program_id(0) * block_n
   chunks = hp_ref.shape[1] // block_k
   count = count_ref[0]
-  sub_n = block_n // row_splits
-  tiles = tuple((dw_ref, ds_ref, n0 + i * sub_n) for i in range(row_splits))     # each [sub_n] rows
+  sub_n, tiles = _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits)
 
   def visit(i):
     pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, consts_ref[0], rows_per_run=rows_per_run,

@@ -184,6 +184,27 @@ def _local_ranks(ids_ref, expert_offset, num_local):
   return idx, e, local, rank, jnp.sum(local.astype(jnp.int32))
 
 
+def _gate_up_rows(consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_run, e, *, top_k,
+                  block_n, block_k, group_size, h_dtype, prefetch, nibble4_in_place, h_nibble4_in_place):
+  """h[p, n0:n0+BN] = SiLU(x W_gate^T) * (x W_up^T) (rounded to h_dtype, written in the planes layout) for the
+  run's pairs p (R i32 scalars; in_run[r]: pair r belongs to the run; in_run[0]: the run's expert e is local).
+  Refs as in _gate_up_kernel."""
+  chunks = xp_ref.shape[1] // block_k
+  cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
+  h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
+
+  @pl.when(in_run[0])
+  def _():
+    g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref, n0), (uw_ref, us_ref, n0)), e, xp_ref,
+                                [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
+                                block_k=block_k, group_size=group_size, nibble4_in_place=nibble4_in_place,
+                                prefetch=prefetch)                                           # R x [BN] each
+    for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
+      h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
+      h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
+      plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
+
+
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
                     pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
@@ -207,22 +228,10 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     consts_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count, order_ref = ids_ref.shape[0], None
   n0 = pl.program_id(0) * block_n
-  chunks = xp_ref.shape[1] // block_k
-  cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
-  h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
-
-  def gemv_run(pairs, in_run, e):
-    """h of the run's pairs (in_run[r]: pair r belongs to the run; in_run[0]: the run's expert is local)."""
-    @pl.when(in_run[0])
-    def _():
-      g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref, n0), (uw_ref, us_ref, n0)), e, xp_ref,
-                                  [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
-                                  block_k=block_k, group_size=group_size, nibble4_in_place=nibble4_in_place,
-                                  prefetch=prefetch)                                           # R x [BN] each
-      for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
-        h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
-        h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
-        plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
+  gemv_run = functools.partial(_gate_up_rows, consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0,
+                               top_k=top_k, block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=h_dtype,
+                               prefetch=prefetch, nibble4_in_place=nibble4_in_place,
+                               h_nibble4_in_place=h_nibble4_in_place)
 
   if visits == "ranked":
     idx, local_e, local, rank, count = _local_ranks(ids_ref, consts_ref[0], num_local)
@@ -257,6 +266,36 @@ def _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits):
   return sub_n, tuple((dw_ref, ds_ref, n0 + i * sub_n) for i in range(row_splits))
 
 
+def _down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n0, t, *, top_k, num_local,
+                     block_n, block_k, group_size, prefetch, unroll_pairs, nibble4_in_place, row_splits, poison=None):
+  """out[t, n0:n0+BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over token t's local pairs, summed in
+  registers and written once. Refs as in _down_token_kernel; poison: None, or an f32 scalar added to every
+  output (NaN flags a failed wait in the pipelined kernel, 0.0 otherwise)."""
+  chunks = hp_ref.shape[1] // block_k
+  sub_n, tiles = _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits)
+
+  def pair(k, acc):
+    p = t * top_k + k
+    e = ids_ref[p] - consts_ref[0]
+
+    def add_pair():
+      ys = _tile_gemv(tiles, e, hp_ref, [p], [True], chunks, consts_ref[1], block_n=sub_n, block_k=block_k,
+                      group_size=group_size, nibble4_in_place=nibble4_in_place, prefetch=prefetch)
+      return tuple(a + wts_ref[p] * y for a, (y,) in zip(acc, ys))          # row_splits x [sub_n]
+    return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
+
+  acc = tuple(jnp.zeros((sub_n,), jnp.float32) for _ in tiles)
+  if unroll_pairs:                       # straight-line code (the Triton lowering has no unrolled fori_loop)
+    for k in range(top_k):
+      acc = pair(k, acc)
+  else:
+    acc = lax.fori_loop(0, top_k, pair, acc)
+  for (_, _, row0), a in zip(tiles, acc):
+    if poison is not None:
+      a = a + poison
+    out_ref[t, pl.ds(row0, sub_n)] = a.astype(out_ref.dtype)
+
+
 def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
                        block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place, row_splits):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
@@ -266,28 +305,11 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
   row_splits: the BN rows as this many tiles of BN / row_splits rows (routed_experts_int4_gemv's down_row_splits).
   """
   n0 = pl.program_id(0) * block_n
-  chunks = hp_ref.shape[1] // block_k
-  sub_n, tiles = _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits)
 
   def token(t):
-    def pair(k, acc):
-      p = t * top_k + k
-      e = ids_ref[p] - consts_ref[0]
-
-      def add_pair():
-        ys = _tile_gemv(tiles, e, hp_ref, [p], [True], chunks, consts_ref[1], block_n=sub_n, block_k=block_k,
-                        group_size=group_size, nibble4_in_place=nibble4_in_place, prefetch=prefetch)
-        return tuple(a + wts_ref[p] * y for a, (y,) in zip(acc, ys))          # row_splits x [sub_n]
-      return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
-
-    acc = tuple(jnp.zeros((sub_n,), jnp.float32) for _ in tiles)
-    if unroll_pairs:                       # straight-line code (the Triton lowering has no unrolled fori_loop)
-      for k in range(top_k):
-        acc = pair(k, acc)
-    else:
-      acc = lax.fori_loop(0, top_k, pair, acc)
-    for (_, _, row0), a in zip(tiles, acc):
-      out_ref[t, pl.ds(row0, sub_n)] = a.astype(out_ref.dtype)
+    _down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n0, t, top_k=top_k,
+                     num_local=num_local, block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch,
+                     unroll_pairs=unroll_pairs, nibble4_in_place=nibble4_in_place, row_splits=row_splits)
     return t + pair_splits
 
   lax.while_loop(lambda t: t < out_ref.shape[0], token, pl.program_id(1))   # tokens s, s + S, ...

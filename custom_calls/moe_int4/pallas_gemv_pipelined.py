@@ -1,0 +1,205 @@
+"""INT4 MoE for a few tokens in ONE launch: pallas_gemv's gate/up and down programs, pipelined token by token.
+
+pallas_gemv runs two launches: every gate/up program, then every down program. Between them the GPU drains
+(the gate/up kernel's last programs run on a few SMs) and refills (the down kernel's ramp). In the dispatch's own
+harness a kernel that only READS the bytes took 73.1 us at 6 tokens as two such launches and 61.8 us as one
+launch (H100, benchmarks/RESULTS.md, issue 6 twenty-fifth round): that boundary is the largest cost left at 6-10
+tokens. Here both parts are programs of one grid, in this order (L = lag, N tokens, G(t) = the I/BN gate/up
+programs of token t, D(t) = the D/BND down programs of token t):
+
+    G(0) .. G(L-1) | G(L) D(0) | G(L+1) D(1) | ... | G(N-1) D(N-1-L) | D(N-L) .. D(N-1)
+
+- G(t) program j: columns [j*BN, (j+1)*BN) of h for each of token t's local pairs (pallas_gemv._gate_up_rows),
+  then one arrival on token t's counter (a CTA barrier, then one acquire-release atomic add at GPU scope).
+- D(t) program j: waits until all I/BN programs of G(t) have arrived (polls of the counter), then writes out[t,
+  j*BND:(j+1)*BND] (pallas_gemv._down_token_rows): the same sums as pallas_gemv's down kernel.
+- A down program only waits on programs placed before it in the grid. CUDA starts a grid's programs in order
+  of their index in practice, so the programs it waits on have started and, waiting on nothing, finish. That
+  order is not a documented guarantee: `ticket=True` takes each program's place from an atomic counter instead
+  (the order programs actually started in), which is safe under any scheduling, at one atomic per program.
+- A wait that gives up after SPIN_LIMIT polls writes NaN into its rows: a broken schedule fails the check
+  instead of hanging the GPU.
+- The counters (and the ticket) are words of the small constants array, which XLA makes in one fusion with the
+  expert offset, so no zero-fill runs; the kernel updates them in place (an aliased output).
+- No compaction of the local pairs: G(t) and D(t) visit token t's top-k pairs and skip the remote ones, as the
+  down kernel always has. A token with no local pair makes empty programs.
+
+Numerics: the same as pallas_gemv in token order with runs of one pair (h rounded to the activation dtype).
+Interpreted (CPU tests) the programs run one after another in grid order, every wait is already met, and a wait
+reads its counter once.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from custom_calls.moe_int4.k_chunks import check_block_k, check_scales, logical_shape
+from custom_calls.moe_int4.nibbles import MAGIC, activation_planes
+from custom_calls.moe_int4.pallas_gemv import (_down_token_rows, _gate_up_rows, default_down_row_splits,
+                                               default_gemv_blocks, default_nibble4_in_place, supported)
+from custom_calls.pow2 import is_pow2
+
+SPIN_LIMIT = 1 << 20        # polls of a counter before a down program gives up (~1 us each) and writes NaN
+_COUNTERS = 2               # consts: [expert offset, MAGIC, counter of token 0 .. N-1, ticket]
+
+
+def program_place(q, *, tokens, gate_up_programs, down_programs, lag):
+  """Grid place q (0 <= q < N * (G + D)) -> (is gate/up, token, column tile), in the module docstring's order.
+  Traced int32 scalars in and out (also used by the tests with Python ints)."""
+  g, d = gate_up_programs, down_programs
+  lag = min(lag, tokens)
+  q = jnp.asarray(q, jnp.int32)
+  head = lag * g                                         # G(0) .. G(L-1)
+  full = (tokens - lag) * (g + d)                        # blocks [G(t + L), D(t)]
+  in_head = q < head
+  r = q - head
+  in_full = (~in_head) & (r < full)
+  t_full, j_full = r // (g + d), r % (g + d)
+  r_tail = r - full                                      # D(N-L) .. D(N-1)
+  gate_up = in_head | (in_full & (j_full < g))
+  token = jnp.where(in_head, q // g,
+                    jnp.where(in_full, jnp.where(j_full < g, t_full + lag, t_full), tokens - lag + r_tail // d))
+  tile = jnp.where(in_head, q % g, jnp.where(in_full, jnp.where(j_full < g, j_full, j_full - g), r_tail % d))
+  return gate_up, token, tile
+
+
+def _counter_wait(sync_ref, index, target, *, interpret):
+  """Poll word `index` of sync_ref until it reaches target; True when it did (False: SPIN_LIMIT polls gave up)."""
+  read = lambda: plgpu.atomic_add(sync_ref, index, jnp.int32(0))
+  if interpret:                 # programs run in grid order: every arrival is in (a polling loop cannot be discharged)
+    return read() >= target
+  seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < SPIN_LIMIT), lambda s: (read(), s[1] + 1),
+                           (read(), jnp.int32(0)))
+  return seen >= target
+
+
+def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, dw_ref, ds_ref,
+                      hp_ref, out_ref, sync_ref, *, top_k, num_local, lag, ticket, block_n, block_n_down, block_k,
+                      block_k_down, group_size, h_dtype, prefetch, unroll_pairs, nibble4_in_place, row_splits,
+                      interpret):
+  """One program of the grid (module docstring). consts (aliased by sync): [2 + N + 1] i32; ids/wts: [P];
+  xp: f32 [N, 8 * D/8] planes; gw/uw: int32 [E, I, D/8] (or k-chunked); hp: f32 [P, 8 * I/8] planes (rows of
+  remote pairs unwritten); out: [N, D]."""
+  tokens, d = out_ref.shape
+  inter = hp_ref.shape[1]
+  g, dn = inter // block_n, d // block_n_down
+  if ticket:
+    q = plgpu.atomic_add(sync_ref, jnp.int32(_COUNTERS + tokens), jnp.int32(1))
+  else:
+    q = pl.program_id(0)
+  gate_up, t, j = program_place(q, tokens=tokens, gate_up_programs=g, down_programs=dn, lag=lag)
+  in_place_gate_up, in_place_down = nibble4_in_place
+
+  @pl.when(gate_up)
+  def _():
+    run = functools.partial(_gate_up_rows, consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, j * block_n,
+                            top_k=top_k, block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=h_dtype,
+                            prefetch=prefetch, nibble4_in_place=in_place_gate_up,
+                            h_nibble4_in_place=in_place_down)
+
+    def pair(k):
+      p = t * top_k + k
+      e = ids_ref[p] - consts_ref[0]
+      run([p], [(e >= 0) & (e < num_local)], e)
+
+    if unroll_pairs:
+      for k in range(top_k):
+        pair(k)
+    else:
+      lax.fori_loop(0, top_k, lambda k, c: (pair(k), c)[1], 0)
+    if not interpret:              # (the interpreter has no barrier; its programs run one after another)
+      plgpu.debug_barrier()        # every thread's h stores before this program's arrival
+    plgpu.atomic_add(sync_ref, _COUNTERS + t, jnp.int32(1))
+
+  @pl.when(jnp.logical_not(gate_up))
+  def _():
+    ok = _counter_wait(sync_ref, _COUNTERS + t, g, interpret=interpret)
+    _down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, j * block_n_down, t, top_k=top_k,
+                     num_local=num_local, block_n=block_n_down, block_k=block_k_down, group_size=group_size,
+                     prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=in_place_down,
+                     row_splits=row_splits, poison=jnp.where(ok, jnp.float32(0.0), jnp.float32(jnp.nan)))
+
+
+@functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "block_k_down",
+                                             "num_warps", "num_stages", "prefetch", "unroll_pairs",
+                                             "nibble4_in_place", "down_row_splits", "lag", "ticket", "interpret"))
+def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
+                                       down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
+                                       block_n_down=None, block_k=None, block_k_down=None, num_warps=None,
+                                       num_stages=None, prefetch=None, unroll_pairs=True, nibble4_in_place=None,
+                                       down_row_splits=None, lag=1, ticket=False, interpret=False):
+  """Same contract as reference.routed_experts_int4_reference (stored or k-chunked arrays, as pallas_gemv).
+
+  Options as routed_experts_int4_gemv's (defaults from default_gemv_blocks(N) and friends); the pairs are visited
+  token by token (no pair_splits, sort_pairs, rank_in_kernel or compaction). lag L >= 1: the down programs of token
+  t follow the gate/up programs of token t + L (L >= N: all gate/up programs first, the two-launch order in one
+  launch). ticket: each program's place from an atomic counter (module docstring). Returns [N, D] in x.dtype.
+  """
+  n, d = x.shape
+  top_k = expert_ids.shape[1]
+  e, inter, _ = logical_shape(gate_packed)
+  dbn, dbnd, dbk, dnw, dns, _, _, _, dprefetch, _ = default_gemv_blocks(n)
+  block_n, block_n_down = block_n or dbn, block_n_down or dbnd
+  block_k = min(block_k or dbk, d, inter)
+  block_k_down = min(block_k_down or block_k, inter)
+  num_warps, num_stages = num_warps or dnw, num_stages or dns
+  prefetch = dprefetch if prefetch is None else prefetch
+  name = "routed_experts_int4_gemv_pipelined"
+  if not supported(x, gate_packed, down_packed, group_size, block_k):
+    raise ValueError(f"{name}: unsupported shapes x {x.shape} {x.dtype}, gate_packed {gate_packed.shape}, down_packed "
+                     f"{down_packed.shape}, group {group_size}, block_k {block_k} (need D and I multiples of block_k "
+                     ">= 128 and of 64)")
+  if inter % block_n or d % block_n_down:
+    raise ValueError(f"{name}: block_n {block_n} must divide I = {inter} and block_n_down {block_n_down} D = {d}")
+  if inter % block_k_down or block_k_down < 128 or not is_pow2(block_k_down):
+    raise ValueError(f"{name}: block_k_down {block_k_down} must be a power of two >= 128 dividing I = {inter}")
+  if prefetch not in (0, 1, 2):
+    raise ValueError(f"{name}: prefetch {prefetch!r} must be 0, 1 or 2")
+  if not (isinstance(lag, int) and lag >= 1):
+    raise ValueError(f"{name}: lag {lag!r} must be an int >= 1 (token t's down programs follow token t + lag's "
+                     "gate/up programs)")
+  if nibble4_in_place is None:
+    nibble4_in_place = default_nibble4_in_place(n)
+  if isinstance(nibble4_in_place, bool):
+    nibble4_in_place = (nibble4_in_place, nibble4_in_place)
+  if not (isinstance(nibble4_in_place, tuple) and len(nibble4_in_place) == 2
+          and all(isinstance(v, bool) for v in nibble4_in_place)):
+    raise ValueError(f"{name}: nibble4_in_place {nibble4_in_place!r} must be None, a bool or a (gate/up, down) pair")
+  if down_row_splits is None:
+    down_row_splits = default_down_row_splits(n, block_n_down)
+  if not (isinstance(down_row_splits, int) and not isinstance(down_row_splits, bool) and is_pow2(down_row_splits)
+          and block_n_down % down_row_splits == 0):
+    raise ValueError(f"{name}: down_row_splits {down_row_splits!r} must be a power of two dividing block_n_down "
+                     f"{block_n_down}")
+  if up_packed.shape != gate_packed.shape:
+    raise ValueError(f"{name}: up_packed {tuple(up_packed.shape)} and gate_packed {tuple(gate_packed.shape)} must "
+                     "have one shape (one layout)")
+  check_scales(name, gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
+  check_block_k(f"{name} (gate/up)", gate_packed, block_k, multiples=True)
+  check_block_k(f"{name} (down)", down_packed, block_k_down, multiples=True)
+  p = n * top_k
+  ids = expert_ids.reshape(p).astype(jnp.int32)
+  wts = expert_weights.reshape(p).astype(jnp.float32)
+  off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
+  consts = jnp.concatenate([off, jnp.full((1,), MAGIC, jnp.int32), jnp.zeros((n + 1,), jnp.int32)])
+  xp = activation_planes(x, nibble4_in_place=nibble4_in_place[0]).reshape(n, d)   # f32 planes, pre-scaled
+  grid = n * (inter // block_n + d // block_n_down)
+  kernel = functools.partial(
+      _pipelined_kernel, top_k=top_k, num_local=e, lag=lag, ticket=ticket, block_n=block_n,
+      block_n_down=block_n_down, block_k=block_k, block_k_down=block_k_down, group_size=group_size, h_dtype=x.dtype,
+      prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=nibble4_in_place, row_splits=down_row_splits,
+      interpret=interpret)
+  _, out, _ = pl.pallas_call(
+      kernel, grid=(grid,),
+      out_shape=(jax.ShapeDtypeStruct((p, inter), jnp.float32), jax.ShapeDtypeStruct((n, d), x.dtype),
+                 jax.ShapeDtypeStruct(consts.shape, jnp.int32)),
+      input_output_aliases={0: 2},
+      compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
+      interpret=interpret, name="moe_int4_gemv_pipelined",
+  )(consts, ids, wts, xp, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale)
+  return out

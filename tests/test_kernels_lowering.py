@@ -14,6 +14,7 @@ from custom_calls.gpu_lowering import lower_for_abstract_gpu
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.mla_attention.split_combine import combine_splits_pallas
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
+from custom_calls.moe_int4.pallas_gemv_pipelined import routed_experts_int4_gemv_pipelined
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.tree_build.pallas_triton import tree_build_pallas
 from custom_calls.tree_verify.pallas_triton import tree_walk_pallas
@@ -61,6 +62,10 @@ MOE_KERNELS = {
                                                                         compact_pairs=False),
     "gemv_down_options": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, block_k_down=128,
                                                              num_warps_down=8),
+    # both parts in one launch (one module)
+    "gemv_pipelined": lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512),
+    "gemv_pipelined_lag1_ticket": lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, lag=1,
+                                                                                ticket=True),
     # the down tile as one 8-row tile (the default at these token counts is two of 4 rows), both down kernels
     "gemv_one_down_tile": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, down_row_splits=1),
     "gemv_sorted_one_down_tile": lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, sort_pairs=True,
@@ -73,7 +78,8 @@ MOE_KERNELS = {
 
 @pytest.mark.parametrize("kernel", sorted(MOE_KERNELS))
 def test_moe_kernels_lower_for_h200(kernel):
-  assert lower_for_h200(MOE_KERNELS[kernel], *moe_args(4)) == 2          # gate/up and down
+  modules = 1 if kernel.startswith("gemv_pipelined") else 2                # gate/up and down, or both in one
+  assert lower_for_h200(MOE_KERNELS[kernel], *moe_args(4)) == modules
 
 
 def test_moe_gemv_down_kernel_options_reach_its_launch():

@@ -21,8 +21,14 @@ _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 # 2: 0.039 vs 0.094, 4: 0.070 vs 0.103, 8: 0.124 vs 0.129 (a tie within the runs' spread, so the bound
 # stayed at 6). Twelfth round, k-chunked, the grouped kernels with their 32 / 64 tiles: 6 tokens 0.093-0.094 vs
 # 0.098-0.099, 8 tokens 0.119-0.121 vs 0.104-0.105 (calls 3-4), so the bound is still 6. Fifteenth round (call 4),
-# the gemv with 4 warps and unrolled pairs at 8 tokens: 0.111 vs the grouped 0.105, so still 6.
-GEMV_MAX_TOKENS = 6
+# the gemv with 4 warps and unrolled pairs at 8 tokens: 0.111 vs the grouped 0.105, so still 6. Twenty-seventh round
+# (H100, k-chunked): both of the gemv's parts in one launch (pallas_gemv_pipelined.py) at 8 tokens 100.6 us against
+# the grouped 107.6, so 8.
+GEMV_MAX_TOKENS = 8
+# From this many tokens up to GEMV_MAX_TOKENS the gemv's two parts run in one launch (pallas_gemv_pipelined.py).
+# H100, k-chunked (issue 6 twenty-seventh round), one launch against two: 4 tokens 57.6 vs 59.6 us, 6 tokens
+# 79.4-79.8 vs 81.9-83.7; 2 tokens 35.7 vs 35.1 and 1 token 35.0 vs 20.7, so two launches below 4.
+ONE_LAUNCH_MIN_TOKENS = 4
 # The k-chunk size of the layout the model gives the kernels on a GPU (k_chunks.py; ddtree_jax/model/experts.py
 # use_k_chunks): the grouped kernels' K step, so that each of their tiles is one contiguous block. H200, issue 6
 # tenth round: block_n 128 on chunk 256 runs 16-512 tokens at 0.90-1.03 of the roofline; chunk 512 or 1024 under
@@ -35,7 +41,8 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
   """See reference.py for shapes. Words and scales may be in the stored layout or k-chunked (k_chunks.py).
 
   impl: "auto" (the Pallas Triton kernels on GPU backends for supported shapes, else the XLA reference;
-  pallas_gemv for up to GEMV_MAX_TOKENS tokens, grouped above),
+  pallas_gemv for up to GEMV_MAX_TOKENS tokens, in one launch (pallas_gemv_pipelined) from ONE_LAUNCH_MIN_TOKENS,
+  grouped above),
   "xla", "pallas" (GPU), "pallas_interpret" (the kernel under the Pallas interpreter, for CPU tests).
   """
   if impl not in _IMPLS:
@@ -64,6 +71,9 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
   interpret = impl == "pallas_interpret"
   from custom_calls.moe_int4 import pallas_gemv
   if x.shape[0] <= GEMV_MAX_TOKENS and pallas_gemv.supported(x, gate_packed, down_packed, group_size):
+    if x.shape[0] >= ONE_LAUNCH_MIN_TOKENS:
+      from custom_calls.moe_int4.pallas_gemv_pipelined import routed_experts_int4_gemv_pipelined
+      return routed_experts_int4_gemv_pipelined(*args, expert_offset, group_size=group_size, interpret=interpret)
     return pallas_gemv.routed_experts_int4_gemv(*args, expert_offset, group_size=group_size, interpret=interpret)
   return pallas_triton.routed_experts_int4_pallas(*args, expert_offset, group_size=group_size, interpret=interpret)
 

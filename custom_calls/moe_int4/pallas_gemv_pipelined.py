@@ -1,14 +1,15 @@
-"""INT4 MoE for a few tokens in ONE launch: pallas_gemv's gate/up and down programs, pipelined token by token.
+"""INT4 MoE for a few tokens in ONE launch: pallas_gemv's gate/up and down programs in one grid.
 
 pallas_gemv runs two launches: every gate/up program, then every down program. Between them the GPU drains
 (the gate/up kernel's last programs run on a few SMs) and refills (the down kernel's ramp). In the dispatch's own
 harness a kernel that only READS the bytes took 73.1 us at 6 tokens as two such launches and 61.8 us as one
-launch (H100, benchmarks/RESULTS.md, issue 6 twenty-fifth round): that boundary is the largest cost left at 6-10
-tokens. Here both parts are programs of one grid, in this order (L = lag, N tokens, G(t) = the I/BN gate/up
-programs of token t, D(t) = the D/BND down programs of token t):
+launch (H100, benchmarks/RESULTS.md, issue 6 twenty-fifth round). Here both parts are programs of one grid, in
+this order (L = lag, N tokens, G(t) = the I/BN gate/up programs of token t, D(t) = the D/BND down programs of
+token t):
 
     G(0) .. G(L-1) | G(L) D(0) | G(L+1) D(1) | ... | G(N-1) D(N-1-L) | D(N-L) .. D(N-1)
 
+The default L = N puts every gate/up program first: the two launches' order, without the launch boundary.
 - G(t) program j: columns [j*BN, (j+1)*BN) of h for each of token t's local pairs (pallas_gemv._gate_up_rows),
   then one arrival on token t's counter (a CTA barrier, then one acquire-release atomic add at GPU scope).
 - D(t) program j: waits until all I/BN programs of G(t) have arrived (polls of the counter), then writes out[t,
@@ -23,6 +24,13 @@ programs of token t, D(t) = the D/BND down programs of token t):
   expert offset, so no zero-fill runs; the kernel updates them in place (an aliased output).
 - No compaction of the local pairs: G(t) and D(t) visit token t's top-k pairs and skip the remote ones, as the
   down kernel always has. A token with no local pair makes empty programs.
+
+H100, k-chunked 256 experts, one local expert per token, us per call (benchmarks/RESULTS.md, issue 6 twenty-seventh
+round): at 4 / 6 / 8 tokens L = N took 57.6 / 79.4-79.8 / 100.6 against the dispatch's 59.6 / 81.9-83.7 / 107.6
+(two launches of pallas_gemv at 4-6 tokens, the grouped kernels at 8). L = 1 was slower (65.5 / 87.5 / 111.0: down
+programs wait while their tokens' gate/up programs still run), L = 2-4 in between, the ticket slowest (72.9 /
+102.9 / 132.2). At 1-2 tokens it lost or tied (35.0 / 35.7 against 20.7 / 35.1), and at 10-12 tokens with
+pallas_gemv's defaults there it lost to the grouped kernels (161.8 / 190.1 against 116.6 / 131.6).
 
 Numerics: the same as pallas_gemv in token order with runs of one pair (h rounded to the activation dtype).
 Interpreted (CPU tests) the programs run one after another in grid order, every wait is already met, and a wait
@@ -132,13 +140,13 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
                                        down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                                        block_n_down=None, block_k=None, block_k_down=None, num_warps=None,
                                        num_stages=None, prefetch=None, unroll_pairs=True, nibble4_in_place=None,
-                                       down_row_splits=None, lag=1, ticket=False, interpret=False):
+                                       down_row_splits=None, lag=None, ticket=False, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (stored or k-chunked arrays, as pallas_gemv).
 
   Options as routed_experts_int4_gemv's (defaults from default_gemv_blocks(N) and friends); the pairs are visited
   token by token (no pair_splits, sort_pairs, rank_in_kernel or compaction). lag L >= 1: the down programs of token
-  t follow the gate/up programs of token t + L (L >= N: all gate/up programs first, the two-launch order in one
-  launch). ticket: each program's place from an atomic counter (module docstring). Returns [N, D] in x.dtype.
+  t follow the gate/up programs of token t + L (None, the default, or L >= N: every gate/up program first, the
+  two launches' order in one launch). ticket: each program's place from an atomic counter (module docstring). Returns [N, D] in x.dtype.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -160,7 +168,9 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
     raise ValueError(f"{name}: block_k_down {block_k_down} must be a power of two >= 128 dividing I = {inter}")
   if prefetch not in (0, 1, 2):
     raise ValueError(f"{name}: prefetch {prefetch!r} must be 0, 1 or 2")
-  if not (isinstance(lag, int) and lag >= 1):
+  if lag is None:
+    lag = n
+  if not (isinstance(lag, int) and not isinstance(lag, bool) and lag >= 1):
     raise ValueError(f"{name}: lag {lag!r} must be an int >= 1 (token t's down programs follow token t + lag's "
                      "gate/up programs)")
   if nibble4_in_place is None:

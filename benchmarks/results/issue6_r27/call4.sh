@@ -6,3 +6,6 @@ mkdir -p $OUT; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $
 timeout 150 env PYTHONPATH=. python3 -m pytest -q -rA -m gpu tests/test_moe_gemv_pipelined.py -k "8-256 or 6-None" \
   > $OUT/pytest.log 2>&1
 tail -8 $OUT/pytest.log
+
+# Then, on the same warm machine (results in call4/pytest_4.log):
+# timeout 90 env PYTHONPATH=. python3 -m pytest -q -rA -m gpu tests/test_moe_gemv_pipelined.py -k "4-256"

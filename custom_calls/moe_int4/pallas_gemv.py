@@ -29,7 +29,8 @@ per SM on an H200). In token order this path has no routing sort and no atomics:
 - Optionally (`sort_pairs`) both kernels visit the local pairs sorted by expert (one XLA argsort), and runs
   of up to `rows_per_run` pairs of one expert share one dequantised tile; the down kernel then adds into a
   zeroed fp32 output with atomics. On the H200 this lost to the grouped tensor-core kernels from 64
-  tokens on, so the dispatch uses token order (up to GEMV_MAX_TOKENS) only.
+  tokens on, so the dispatch uses token order only: these two launches below ONE_LAUNCH_MIN_TOKENS, the same
+  programs in one launch (pallas_gemv_pipelined.py) from there up to GEMV_MAX_TOKENS.
 
 Numerics: weights are exact ((nib - 8) * scale in fp32), products and sums fp32; h is rounded to the activation
 dtype before the down projection, as in the reference.

@@ -32,7 +32,7 @@ def test_program_place_covers_every_program_once_with_down_after_its_gate_up(tok
 
 @pytest.mark.parametrize("n,dtype,chunk,opts", [
     (5, jnp.float32, None, {}),                                   # lag N: every gate/up program first
-    (4, jnp.float32, 64, dict(block_k=256, lag=1)),               # k-chunked; token t's down right after t + 1's gate/up
+    (4, jnp.float32, 64, dict(block_k=256, lag=1)),               # k-chunked; D(t) right after G(t + 1)
     (3, jnp.bfloat16, None, dict(lag=2, ticket=True)),            # places from the atomic ticket
 ])
 def test_same_bits_as_two_launches_and_matches_reference(n, dtype, chunk, opts):
@@ -61,8 +61,9 @@ def test_dispatch_runs_it_from_four_tokens_with_a_traced_offset():
   out = f(jnp.int32(4))
   assert rel_err(out, reference_f32(x, ids, w, experts, 4)) < 1e-5
   np.testing.assert_array_equal(np.asarray(out[1]), 0.0)
-  few = jax.make_jaxpr(lambda: routed_experts_int4(x[:n - 1], ids[:n - 1], w[:n - 1], *experts, impl="pallas_interpret"))
-  assert "moe_int4_gemv_pipelined" not in str(few())      # below ONE_LAUNCH_MIN_TOKENS: pallas_gemv's two launches
+  # below ONE_LAUNCH_MIN_TOKENS: pallas_gemv's two launches
+  few = lambda: routed_experts_int4(x[:n - 1], ids[:n - 1], w[:n - 1], *experts, impl="pallas_interpret")
+  assert "moe_int4_gemv_pipelined" not in str(jax.make_jaxpr(few)())
 
 
 def test_rejects_bad_options():

@@ -384,6 +384,28 @@ def default_down_row_splits(num_tokens, block_n_down):
   return 2 if num_tokens <= 8 and block_n_down == 8 else 1
 
 
+def tile_options(name, num_tokens, block_n_down, nibble4_in_place, down_row_splits, prefetch):
+  """The tile options of routed_experts_int4_gemv (and pallas_gemv_pipelined), defaults filled in and checked:
+  ((gate/up, down) nibble-4 extraction, down_row_splits, prefetch). Errors begin with `name`."""
+  if nibble4_in_place is None:
+    nibble4_in_place = default_nibble4_in_place(num_tokens)
+  if isinstance(nibble4_in_place, bool):
+    nibble4_in_place = (nibble4_in_place, nibble4_in_place)
+  if not (isinstance(nibble4_in_place, tuple) and len(nibble4_in_place) == 2
+          and all(isinstance(v, bool) for v in nibble4_in_place)):
+    raise ValueError(f"{name}: nibble4_in_place {nibble4_in_place!r} must be None, a bool or a (gate/up, down) pair "
+                     "of bools")
+  if down_row_splits is None:
+    down_row_splits = default_down_row_splits(num_tokens, block_n_down)
+  if not (isinstance(down_row_splits, int) and not isinstance(down_row_splits, bool) and is_pow2(down_row_splits)
+          and block_n_down % down_row_splits == 0):
+    raise ValueError(f"{name}: down_row_splits {down_row_splits!r} must be a power of two dividing block_n_down "
+                     f"{block_n_down}")
+  if prefetch not in (0, 1, 2):
+    raise ValueError(f"{name}: prefetch {prefetch!r} must be 0, 1 or 2")
+  return nibble4_in_place, down_row_splits, prefetch
+
+
 def supported(x, gate_packed, down_packed, group_size, block_k=1024):
   e, inter, d8 = logical_shape(gate_packed)
   d = d8 * 8
@@ -460,24 +482,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   if pair_splits < 1 or (pair_splits > 1 and rows_per_run != 1):
     raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and above 1 only with "
                      f"rows_per_run 1 (got rows_per_run {rows_per_run})")
-  if nibble4_in_place is None:
-    nibble4_in_place = default_nibble4_in_place(n)
-  if isinstance(nibble4_in_place, bool):
-    nibble4_in_place = (nibble4_in_place, nibble4_in_place)
-  if not (isinstance(nibble4_in_place, tuple) and len(nibble4_in_place) == 2
-          and all(isinstance(v, bool) for v in nibble4_in_place)):
-    raise ValueError(f"routed_experts_int4_gemv: nibble4_in_place {nibble4_in_place!r} must be None, a bool or a "
-                     "(gate/up, down) pair of bools")
-  in_place_gate_up, in_place_down = nibble4_in_place
-  if down_row_splits is None:
-    down_row_splits = default_down_row_splits(n, block_n_down)
-  if not (isinstance(down_row_splits, int) and not isinstance(down_row_splits, bool) and is_pow2(down_row_splits)
-          and block_n_down % down_row_splits == 0):
-    raise ValueError(f"routed_experts_int4_gemv: down_row_splits {down_row_splits!r} must be a power of two dividing "
-                     f"block_n_down {block_n_down}")
-  prefetch = dprefetch if prefetch is None else prefetch
-  if prefetch not in (0, 1, 2):
-    raise ValueError(f"routed_experts_int4_gemv: prefetch {prefetch!r} must be 0, 1 or 2")
+  (in_place_gate_up, in_place_down), down_row_splits, prefetch = tile_options(
+      "routed_experts_int4_gemv", n, block_n_down, nibble4_in_place, down_row_splits,
+      dprefetch if prefetch is None else prefetch)
   if up_packed.shape != gate_packed.shape:
     raise ValueError(f"routed_experts_int4_gemv: up_packed {tuple(up_packed.shape)} and gate_packed "
                      f"{tuple(gate_packed.shape)} must have one shape (one layout)")

@@ -48,8 +48,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.moe_int4.k_chunks import check_block_k, check_scales, logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes
-from custom_calls.moe_int4.pallas_gemv import (_down_token_rows, _gate_up_rows, default_down_row_splits,
-                                               default_gemv_blocks, default_nibble4_in_place, supported)
+from custom_calls.moe_int4.pallas_gemv import (_down_token_rows, _gate_up_rows, default_gemv_blocks, supported,
+                                               tile_options)
 from custom_calls.pow2 import is_pow2
 
 SPIN_LIMIT = 1 << 20        # polls of a counter before a down program gives up (~1 us each) and writes NaN
@@ -146,7 +146,8 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   Options as routed_experts_int4_gemv's (defaults from default_gemv_blocks(N) and friends); the pairs are visited
   token by token (no pair_splits, sort_pairs, rank_in_kernel or compaction). lag L >= 1: the down programs of token
   t follow the gate/up programs of token t + L (None, the default, or L >= N: every gate/up program first, the
-  two launches' order in one launch). ticket: each program's place from an atomic counter (module docstring). Returns [N, D] in x.dtype.
+  two launches' order in one launch). ticket: each program's place from an atomic counter (module docstring).
+  Returns [N, D] in x.dtype.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -156,36 +157,24 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   block_k = min(block_k or dbk, d, inter)
   block_k_down = min(block_k_down or block_k, inter)
   num_warps, num_stages = num_warps or dnw, num_stages or dns
-  prefetch = dprefetch if prefetch is None else prefetch
+  prefetch = dprefetch if prefetch is None else prefetch      # checked by tile_options below
   name = "routed_experts_int4_gemv_pipelined"
   if not supported(x, gate_packed, down_packed, group_size, block_k):
     raise ValueError(f"{name}: unsupported shapes x {x.shape} {x.dtype}, gate_packed {gate_packed.shape}, down_packed "
                      f"{down_packed.shape}, group {group_size}, block_k {block_k} (need D and I multiples of block_k "
                      ">= 128 and of 64)")
   if inter % block_n or d % block_n_down:
-    raise ValueError(f"{name}: block_n {block_n} must divide I = {inter} and block_n_down {block_n_down} D = {d}")
+    raise ValueError(f"{name}: block_n {block_n} must divide I = {inter} and block_n_down {block_n_down} must "
+                     f"divide D = {d}")
   if inter % block_k_down or block_k_down < 128 or not is_pow2(block_k_down):
     raise ValueError(f"{name}: block_k_down {block_k_down} must be a power of two >= 128 dividing I = {inter}")
-  if prefetch not in (0, 1, 2):
-    raise ValueError(f"{name}: prefetch {prefetch!r} must be 0, 1 or 2")
   if lag is None:
     lag = n
   if not (isinstance(lag, int) and not isinstance(lag, bool) and lag >= 1):
     raise ValueError(f"{name}: lag {lag!r} must be an int >= 1 (token t's down programs follow token t + lag's "
                      "gate/up programs)")
-  if nibble4_in_place is None:
-    nibble4_in_place = default_nibble4_in_place(n)
-  if isinstance(nibble4_in_place, bool):
-    nibble4_in_place = (nibble4_in_place, nibble4_in_place)
-  if not (isinstance(nibble4_in_place, tuple) and len(nibble4_in_place) == 2
-          and all(isinstance(v, bool) for v in nibble4_in_place)):
-    raise ValueError(f"{name}: nibble4_in_place {nibble4_in_place!r} must be None, a bool or a (gate/up, down) pair")
-  if down_row_splits is None:
-    down_row_splits = default_down_row_splits(n, block_n_down)
-  if not (isinstance(down_row_splits, int) and not isinstance(down_row_splits, bool) and is_pow2(down_row_splits)
-          and block_n_down % down_row_splits == 0):
-    raise ValueError(f"{name}: down_row_splits {down_row_splits!r} must be a power of two dividing block_n_down "
-                     f"{block_n_down}")
+  nibble4_in_place, down_row_splits, prefetch = tile_options(name, n, block_n_down, nibble4_in_place,
+                                                             down_row_splits, prefetch)
   if up_packed.shape != gate_packed.shape:
     raise ValueError(f"{name}: up_packed {tuple(up_packed.shape)} and gate_packed {tuple(gate_packed.shape)} must "
                      "have one shape (one layout)")

@@ -77,7 +77,8 @@ def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None, *, k_chunk=None, 
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.4))
   m, t = _series(final, lambda r: r["time_s"] * 1e3)
   layout = f", experts k-chunked ({k_chunk})" if k_chunk else ""
-  a1.plot(m, t, "tab:red", marker="o", label=f"Pallas INT4, dispatched (gemv <= 6 tokens, grouped above){layout}")
+  a1.plot(m, t, "tab:red", marker="o",
+          label=f"Pallas INT4, dispatched (few-token gemv, grouped above, as of the run){layout}")
   if earlier_json:
     earlier = _dispatched([earlier_json], earlier_k_chunk)
     em, et = _series(earlier, lambda r: r["time_s"] * 1e3)

@@ -185,8 +185,8 @@ def _local_ranks(ids_ref, expert_offset, num_local):
   return idx, e, local, rank, jnp.sum(local.astype(jnp.int32))
 
 
-def _gate_up_rows(consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_run, e, *, top_k,
-                  block_n, block_k, group_size, h_dtype, prefetch, nibble4_in_place, h_nibble4_in_place):
+def gate_up_rows(consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_run, e, *, top_k,
+                 block_n, block_k, group_size, h_dtype, prefetch, nibble4_in_place, h_nibble4_in_place):
   """h[p, n0:n0+BN] = SiLU(x W_gate^T) * (x W_up^T) (rounded to h_dtype, written in the planes layout) for the
   run's pairs p (R i32 scalars; in_run[r]: pair r belongs to the run; in_run[0]: the run's expert e is local).
   Refs as in _gate_up_kernel."""
@@ -229,7 +229,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     consts_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count, order_ref = ids_ref.shape[0], None
   n0 = pl.program_id(0) * block_n
-  gemv_run = functools.partial(_gate_up_rows, consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0,
+  gemv_run = functools.partial(gate_up_rows, consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0,
                                top_k=top_k, block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=h_dtype,
                                prefetch=prefetch, nibble4_in_place=nibble4_in_place,
                                h_nibble4_in_place=h_nibble4_in_place)
@@ -267,8 +267,8 @@ def _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits):
   return sub_n, tuple((dw_ref, ds_ref, n0 + i * sub_n) for i in range(row_splits))
 
 
-def _down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n0, t, *, top_k, num_local,
-                     block_n, block_k, group_size, prefetch, unroll_pairs, nibble4_in_place, row_splits, poison=None):
+def down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n0, t, *, top_k, num_local,
+                    block_n, block_k, group_size, prefetch, unroll_pairs, nibble4_in_place, row_splits, poison=None):
   """out[t, n0:n0+BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over token t's local pairs, summed in
   registers and written once. Refs as in _down_token_kernel; poison: None, or an f32 scalar added to every
   output (NaN flags a failed wait in the pipelined kernel, 0.0 otherwise)."""
@@ -308,9 +308,9 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
   n0 = pl.program_id(0) * block_n
 
   def token(t):
-    _down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n0, t, top_k=top_k,
-                     num_local=num_local, block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch,
-                     unroll_pairs=unroll_pairs, nibble4_in_place=nibble4_in_place, row_splits=row_splits)
+    down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n0, t, top_k=top_k,
+                    num_local=num_local, block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch,
+                    unroll_pairs=unroll_pairs, nibble4_in_place=nibble4_in_place, row_splits=row_splits)
     return t + pair_splits
 
   lax.while_loop(lambda t: t < out_ref.shape[0], token, pl.program_id(1))   # tokens s, s + S, ...

@@ -10,10 +10,10 @@ token t):
     G(0) .. G(L-1) | G(L) D(0) | G(L+1) D(1) | ... | G(N-1) D(N-1-L) | D(N-L) .. D(N-1)
 
 The default L = N puts every gate/up program first: the two launches' order, without the launch boundary.
-- G(t) program j: columns [j*BN, (j+1)*BN) of h for each of token t's local pairs (pallas_gemv._gate_up_rows),
+- G(t) program j: columns [j*BN, (j+1)*BN) of h for each of token t's local pairs (pallas_gemv.gate_up_rows),
   then one arrival on token t's counter (a CTA barrier, then one acquire-release atomic add at GPU scope).
 - D(t) program j: waits until all I/BN programs of G(t) have arrived (polls of the counter), then writes out[t,
-  j*BND:(j+1)*BND] (pallas_gemv._down_token_rows): the same sums as pallas_gemv's down kernel.
+  j*BND:(j+1)*BND] (pallas_gemv.down_token_rows): the same sums as pallas_gemv's down kernel.
 - A down program only waits on programs placed before it in the grid. CUDA starts a grid's programs in order
   of their index in practice, so the programs it waits on have started and, waiting on nothing, finish. That
   order is not a documented guarantee: `ticket=True` takes each program's place from an atomic counter instead
@@ -48,7 +48,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.moe_int4.k_chunks import check_block_k, check_scales, logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes
-from custom_calls.moe_int4.pallas_gemv import (_down_token_rows, _gate_up_rows, default_gemv_blocks, supported,
+from custom_calls.moe_int4.pallas_gemv import (default_gemv_blocks, down_token_rows, gate_up_rows, supported,
                                                tile_options)
 from custom_calls.pow2 import is_pow2
 
@@ -105,7 +105,7 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
 
   @pl.when(gate_up)
   def _():
-    run = functools.partial(_gate_up_rows, consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, j * block_n,
+    run = functools.partial(gate_up_rows, consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, j * block_n,
                             top_k=top_k, block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=h_dtype,
                             prefetch=prefetch, nibble4_in_place=in_place_gate_up,
                             h_nibble4_in_place=in_place_down)
@@ -127,10 +127,10 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
   @pl.when(jnp.logical_not(gate_up))
   def _():
     ok = _counter_wait(sync_ref, _COUNTERS + t, g, interpret=interpret)
-    _down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, j * block_n_down, t, top_k=top_k,
-                     num_local=num_local, block_n=block_n_down, block_k=block_k_down, group_size=group_size,
-                     prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=in_place_down,
-                     row_splits=row_splits, poison=jnp.where(ok, jnp.float32(0.0), jnp.float32(jnp.nan)))
+    down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, j * block_n_down, t, top_k=top_k,
+                    num_local=num_local, block_n=block_n_down, block_k=block_k_down, group_size=group_size,
+                    prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=in_place_down,
+                    row_splits=row_splits, poison=jnp.where(ok, jnp.float32(0.0), jnp.float32(jnp.nan)))
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "block_k_down",

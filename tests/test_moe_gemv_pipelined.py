@@ -28,12 +28,17 @@ def test_program_place_covers_every_program_once_with_down_after_its_gate_up(tok
     assert where[(0, t, jd)] > where[(1, t, jg)]
     if t + lag < tokens:
       assert where[(0, t, jd)] > where[(1, t + lag, jg)]
+  # the exact order: D(t) right after G(t + L) while there is one, then each D(t) right after D(t - 1) (D(0) right
+  # after the last G when L >= N)
+  for t in range(tokens):
+    before = (1, t + lag, g - 1) if t + lag < tokens else (0, t - 1, d - 1) if t > 0 else (1, tokens - 1, g - 1)
+    assert where[(0, t, 0)] == where[before] + 1, (t, before)
 
 
 @pytest.mark.parametrize("n,dtype,chunk,opts", [
     (5, jnp.float32, None, {}),                                   # lag N: every gate/up program first
     (4, jnp.float32, 64, dict(block_k=256, lag=1)),               # k-chunked; D(t) right after G(t + 1)
-    (3, jnp.bfloat16, None, dict(lag=2, ticket=True)),            # places from the atomic ticket
+    (3, jnp.bfloat16, None, dict(lag=2, ticket=True)),            # the ticket path (interpreted: the grid order)
 ])
 def test_same_bits_as_two_launches_and_matches_reference(n, dtype, chunk, opts):
   """The same tile sums as pallas_gemv (token order) in another program order: bit for bit, bf16 h included."""
@@ -41,6 +46,7 @@ def test_same_bits_as_two_launches_and_matches_reference(n, dtype, chunk, opts):
   ids = ids.at[0, 1].set(ids[0, 0])                         # a token routed twice to one expert
   assert np.any((np.asarray(ids) >= 3) & (np.asarray(ids) < 9)), "the test needs local pairs (experts 3..8)"
   experts = experts_to_k_chunks(stored, chunk) if chunk else stored
+  opts = dict(opts)                                         # (the parametrize dict is shared between reruns)
   block_k = opts.pop("block_k", 128)
   out = routed_experts_int4_gemv_pipelined(x, ids, w, *experts, 3, block_k=block_k, interpret=True, **opts)
   two_launches = routed_experts_int4_gemv(x, ids, w, *experts, 3, block_k=block_k, interpret=True)
@@ -61,6 +67,10 @@ def test_dispatch_runs_it_from_four_tokens_with_a_traced_offset():
   out = f(jnp.int32(4))
   assert rel_err(out, reference_f32(x, ids, w, experts, 4)) < 1e-5
   np.testing.assert_array_equal(np.asarray(out[1]), 0.0)
+  name_in = lambda m: "moe_int4_gemv_pipelined" in str(jax.make_jaxpr(
+      lambda: routed_experts_int4(x[:1].repeat(m, 0), ids[:1].repeat(m, 0), w[:1].repeat(m, 0), *experts,
+                                  impl="pallas_interpret"))())
+  assert name_in(GEMV_MAX_TOKENS) and not name_in(GEMV_MAX_TOKENS + 1)   # above: the grouped kernels
   # below ONE_LAUNCH_MIN_TOKENS: pallas_gemv's two launches
   few = lambda: routed_experts_int4(x[:n - 1], ids[:n - 1], w[:n - 1], *experts, impl="pallas_interpret")
   assert "moe_int4_gemv_pipelined" not in str(jax.make_jaxpr(few)())
@@ -82,16 +92,22 @@ def test_rejects_bad_options():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("n,chunk", [(4, 256), (8, 256), (6, None)])
-def test_gpu_kernel(n, chunk):
-  """Compiled at the K2.6 shard's shapes (the counters' waits really run): against the XLA reference."""
+@pytest.mark.parametrize("n,chunk,opts", [(4, 256, {}), (8, 256, {}), (6, None, {}), (6, 256, dict(lag=1)),
+                                          (6, 256, dict(lag=1, ticket=True))])
+def test_gpu_kernel(n, chunk, opts):
+  """Compiled at the K2.6 shard's shapes (the counters' waits really run; at lag 1 the down programs wait on
+  gate/up programs still running): against the XLA reference. Twice in one program with a literal offset, so that
+  the constants array the kernel updates in place is a compile-time constant: XLA must give each call its own copy
+  (with the ticket, a counter left over from the first call would send the second call's programs past the grid)."""
   from custom_calls.random_inputs import random_int4_experts
   e, d, inter = 48, 7168, 2048
-  ks = jax.random.split(jax.random.PRNGKey(100 + n), 8)
+  ks = jax.random.split(jax.random.PRNGKey(100 + n), 9)
   stored = random_int4_experts(ks[:6], e, d, inter)
   x = jax.random.normal(ks[6], (n, d), jnp.bfloat16)
   ids = jax.random.randint(ks[7], (n, 8), 0, 96)      # repeats allowed; ~4 local pairs a token
-  w = jax.random.uniform(ks[7], (n, 8))
+  w = jax.random.uniform(ks[8], (n, 8))
   experts = experts_to_k_chunks(stored, chunk) if chunk else stored
-  out = routed_experts_int4_gemv_pipelined(x, ids, w, *experts, 0)
-  assert rel_err(out, reference_f32(x, ids, w, stored, 0)) < 1e-2
+  call = lambda xx: routed_experts_int4_gemv_pipelined(xx, ids, w, *experts, 0, **opts)
+  first, second = jax.jit(lambda xx: (call(xx), call(xx * 2)))(x)
+  assert rel_err(first, reference_f32(x, ids, w, stored, 0)) < 1e-2
+  assert rel_err(second, reference_f32(x * 2, ids, w, stored, 0)) < 1e-2

@@ -351,8 +351,9 @@ def default_gemv_blocks(num_tokens):
   """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs, rows_per_run, pair_splits,
   prefetch, unroll_pairs) for the K2.6 shard (D 7168, I 2048): at least ~4 programs per SM at one token
   (2048 / 4 = 512 gate/up tiles).
-  Above GEMV_MAX_TOKENS the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms,
-  grouped 0.61; at 8 tokens in round 15 call 4 the grouped 0.105 ms against this path's best 0.111)."""
+  Above GEMV_MAX_TOKENS (8) the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms,
+  grouped 0.61). From ONE_LAUNCH_MIN_TOKENS (4) these blocks run in one launch (pallas_gemv_pipelined.py; at 8 tokens
+  100.6 us against the grouped 107.6, H100, issue 6 twenty-seventh round)."""
   if num_tokens <= 8:
     # H200, k-chunked experts, us (benchmarks/RESULTS.md, issue 6 fifteenth round, calls 3-4): 4 warps with the
     # pairs unrolled against the former 8 warps looped, 1 / 2 / 4 / 6 tokens: 21.1 / 35.6 / 61.8 / 88.8 against
@@ -360,8 +361,8 @@ def default_gemv_blocks(num_tokens):
     # gate/up tiles of 8 26.0 / 37.4 / 65.1 / 91.5. The pairs are split num_tokens ways (sixth round: 4 tokens
     # 0.070 ms against 0.085 unsplit). prefetch (twelfth round): 1 at one token (1-3 us faster), 0 above (its
     # registers cost more than the step in flight gains there; call 4: 37.1 / 65.3 / 90.1 with it at 2 / 4 / 6).
-    # 8 tokens (the dispatch runs the grouped kernels there): 110.7 us in call 4, 120.6 with the former defaults
-    # (round 12, call 3). The down tile's 8 rows are reduced as two tiles of 4 (default_down_row_splits).
+    # 8 tokens (two launches; the dispatch now runs these blocks in one launch there): 110.7 us in call 4, 120.6
+    # with the former defaults (round 12, call 3). The down tile's 8 rows are reduced as two tiles of 4 (default_down_row_splits).
     return 4, 8, 1024, 4, 2, False, 1, num_tokens, 1 if num_tokens == 1 else 0, True
   return 4, 8, 1024, 4, 2, True, 2, 1, 0, False
 

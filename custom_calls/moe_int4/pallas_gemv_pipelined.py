@@ -21,7 +21,9 @@ The default L = N puts every gate/up program first: the two launches' order, wit
 - A wait that gives up after SPIN_LIMIT polls writes NaN into its rows: a broken schedule fails the check
   instead of hanging the GPU.
 - The counters (and the ticket) are words of the small constants array, which XLA makes in one fusion with the
-  expert offset, so no zero-fill runs; the kernel updates them in place (an aliased output).
+  expert offset, so no zero-fill runs; the kernel updates them in place (an aliased output). With a literal offset
+  that array is a compile-time constant: XLA's copy insertion then gives each call a fresh copy, as it does for any
+  in-place update of a constant (test_gpu_kernel calls the kernel twice in one program to check that).
 - No compaction of the local pairs: G(t) and D(t) visit token t's top-k pairs and skip the remote ones, as the
   down kernel always has. A token with no local pair makes empty programs.
 
@@ -53,7 +55,7 @@ from custom_calls.moe_int4.pallas_gemv import (default_gemv_blocks, down_token_r
 from custom_calls.pow2 import is_pow2
 
 SPIN_LIMIT = 1 << 20        # polls of a counter before a down program gives up (~1 us each) and writes NaN
-_COUNTERS = 2               # consts: [expert offset, MAGIC, counter of token 0 .. N-1, ticket]
+_FIRST_COUNTER = 2          # consts: [expert offset, MAGIC, counter of token 0 .. N-1, ticket]
 
 
 def program_place(q, *, tokens, gate_up_programs, down_programs, lag):
@@ -97,7 +99,7 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
   inter = hp_ref.shape[1]
   g, dn = inter // block_n, d // block_n_down
   if ticket:
-    q = plgpu.atomic_add(sync_ref, jnp.int32(_COUNTERS + tokens), jnp.int32(1))
+    q = plgpu.atomic_add(sync_ref, jnp.int32(_FIRST_COUNTER + tokens), jnp.int32(1))
   else:
     q = pl.program_id(0)
   gate_up, t, j = program_place(q, tokens=tokens, gate_up_programs=g, down_programs=dn, lag=lag)
@@ -122,11 +124,11 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
       lax.fori_loop(0, top_k, lambda k, c: (pair(k), c)[1], 0)
     if not interpret:              # (the interpreter has no barrier; its programs run one after another)
       plgpu.debug_barrier()        # every thread's h stores before this program's arrival
-    plgpu.atomic_add(sync_ref, _COUNTERS + t, jnp.int32(1))
+    plgpu.atomic_add(sync_ref, _FIRST_COUNTER + t, jnp.int32(1))
 
   @pl.when(jnp.logical_not(gate_up))
   def _():
-    ok = _counter_wait(sync_ref, _COUNTERS + t, g, interpret=interpret)
+    ok = _counter_wait(sync_ref, _FIRST_COUNTER + t, g, interpret=interpret)
     down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, j * block_n_down, t, top_k=top_k,
                     num_local=num_local, block_n=block_n_down, block_k=block_k_down, group_size=group_size,
                     prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=in_place_down,

@@ -388,6 +388,8 @@ def default_down_row_splits(num_tokens, block_n_down):
 def tile_options(name, num_tokens, block_n_down, nibble4_in_place, down_row_splits, prefetch):
   """The tile options of routed_experts_int4_gemv (and pallas_gemv_pipelined), defaults filled in and checked:
   ((gate/up, down) nibble-4 extraction, down_row_splits, prefetch). Errors begin with `name`."""
+  if prefetch is None:
+    prefetch = default_gemv_blocks(num_tokens)[8]
   if nibble4_in_place is None:
     nibble4_in_place = default_nibble4_in_place(num_tokens)
   if isinstance(nibble4_in_place, bool):
@@ -415,6 +417,25 @@ def supported(x, gate_packed, down_packed, group_size, block_k=1024):
           and bk >= 128 and d % bk == 0 and inter % bk == 0 and inter % 64 == 0 and d % 64 == 0
           and logical_shape(down_packed) == (e, d, inter // 8)
           and all(block_k_fits(p, bk, multiples=True) for p in (gate_packed, down_packed)))
+
+
+def check_experts(name, x, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale, group_size, block_k,
+                  block_k_down):
+  """The checks of routed_experts_int4_gemv (and pallas_gemv_pipelined) on the arrays and the K steps: raises
+  ValueError naming `name` and what was expected."""
+  if not supported(x, gate_packed, down_packed, group_size, block_k):
+    raise ValueError(f"{name}: unsupported shapes x {x.shape} {x.dtype}, gate_packed {gate_packed.shape}, down_packed "
+                     f"{down_packed.shape}, group {group_size}, block_k {block_k} (need D and I multiples of block_k "
+                     ">= 128 and of 64)")
+  if up_packed.shape != gate_packed.shape:
+    raise ValueError(f"{name}: up_packed {tuple(up_packed.shape)} and gate_packed {tuple(gate_packed.shape)} must "
+                     "have one shape (one layout)")
+  check_scales(name, gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
+  check_block_k(f"{name} (gate/up)", gate_packed, block_k, multiples=True)
+  inter = logical_shape(gate_packed)[1]
+  if inter % block_k_down or block_k_down < 128 or not is_pow2(block_k_down):
+    raise ValueError(f"{name}: block_k_down {block_k_down} must be a power of two >= 128 dividing I = {inter}")
+  check_block_k(f"{name} (down)", down_packed, block_k_down, multiples=True)
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "num_warps",
@@ -465,18 +486,17 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   n, d = x.shape
   top_k = expert_ids.shape[1]
   e, inter, _ = logical_shape(gate_packed)
-  dbn, dbnd, dbk, dnw, dns, dsort, drun, dsplits, dprefetch, dunroll = default_gemv_blocks(n)
+  dbn, dbnd, dbk, dnw, dns, dsort, drun, dsplits, _, dunroll = default_gemv_blocks(n)
   block_n, block_n_down = block_n or dbn, block_n_down or dbnd
   block_k = min(block_k or dbk, d, inter)
+  block_k_down = min(block_k_down or block_k, inter)
   num_warps, num_stages = num_warps or dnw, num_stages or dns
   sort_pairs = dsort if sort_pairs is None else sort_pairs
   rows_per_run = rows_per_run or drun
   if pair_splits is None:                 # the default split needs runs of one pair
     pair_splits = dsplits if rows_per_run == 1 else 1
-  if not supported(x, gate_packed, down_packed, group_size, block_k):
-    raise ValueError(f"routed_experts_int4_gemv: unsupported shapes x {x.shape} {x.dtype}, gate_packed "
-                     f"{gate_packed.shape}, down_packed {down_packed.shape}, group {group_size}, block_k {block_k} "
-                     "(need D and I multiples of block_k >= 128 and of 64)")
+  check_experts("routed_experts_int4_gemv", x, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale,
+                group_size, block_k, block_k_down)
   if inter % block_n or d % block_n_down or rows_per_run & (rows_per_run - 1):
     raise ValueError(f"routed_experts_int4_gemv: block_n {block_n} must divide I = {inter}, block_n_down "
                      f"{block_n_down} must divide D = {d}, rows_per_run {rows_per_run} must be a power of two")
@@ -484,20 +504,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
     raise ValueError(f"routed_experts_int4_gemv: pair_splits {pair_splits} must be >= 1, and above 1 only with "
                      f"rows_per_run 1 (got rows_per_run {rows_per_run})")
   (in_place_gate_up, in_place_down), down_row_splits, prefetch = tile_options(
-      "routed_experts_int4_gemv", n, block_n_down, nibble4_in_place, down_row_splits,
-      dprefetch if prefetch is None else prefetch)
-  if up_packed.shape != gate_packed.shape:
-    raise ValueError(f"routed_experts_int4_gemv: up_packed {tuple(up_packed.shape)} and gate_packed "
-                     f"{tuple(gate_packed.shape)} must have one shape (one layout)")
-  check_scales("routed_experts_int4_gemv", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
-  check_block_k("routed_experts_int4_gemv (gate/up)", gate_packed, block_k, multiples=True)
-  block_k_down = min(block_k_down or block_k, inter)
-  if inter % block_k_down or block_k_down < 128 or not is_pow2(block_k_down):
-    raise ValueError(f"routed_experts_int4_gemv: block_k_down {block_k_down} must be a power of two >= 128 dividing "
-                     f"I = {inter}")
+      "routed_experts_int4_gemv", n, block_n_down, nibble4_in_place, down_row_splits, prefetch)
   if num_warps_down is not None and not is_pow2(num_warps_down):
     raise ValueError(f"routed_experts_int4_gemv: num_warps_down {num_warps_down} must be a power of two")
-  check_block_k("routed_experts_int4_gemv (down)", down_packed, block_k_down, multiples=True)
   p = n * top_k
   ids = expert_ids.reshape(p).astype(jnp.int32)
   wts = expert_weights.reshape(p).astype(jnp.float32)

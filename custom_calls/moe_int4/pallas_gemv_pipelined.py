@@ -48,11 +48,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from custom_calls.moe_int4.k_chunks import check_block_k, check_scales, logical_shape
+from custom_calls.moe_int4.k_chunks import logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes
-from custom_calls.moe_int4.pallas_gemv import (default_gemv_blocks, down_token_rows, gate_up_rows, supported,
+from custom_calls.moe_int4.pallas_gemv import (check_experts, default_gemv_blocks, down_token_rows, gate_up_rows,
                                                tile_options)
-from custom_calls.pow2 import is_pow2
 
 SPIN_LIMIT = 1 << 20        # polls of a counter before a down program gives up (~1 us each) and writes NaN
 _FIRST_COUNTER = 2          # consts: [expert offset, MAGIC, counter of token 0 .. N-1, ticket]
@@ -154,22 +153,17 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   n, d = x.shape
   top_k = expert_ids.shape[1]
   e, inter, _ = logical_shape(gate_packed)
-  dbn, dbnd, dbk, dnw, dns, _, _, _, dprefetch, _ = default_gemv_blocks(n)
+  dbn, dbnd, dbk, dnw, dns, _, _, _, _, _ = default_gemv_blocks(n)
   block_n, block_n_down = block_n or dbn, block_n_down or dbnd
   block_k = min(block_k or dbk, d, inter)
   block_k_down = min(block_k_down or block_k, inter)
   num_warps, num_stages = num_warps or dnw, num_stages or dns
-  prefetch = dprefetch if prefetch is None else prefetch      # checked by tile_options below
   name = "routed_experts_int4_gemv_pipelined"
-  if not supported(x, gate_packed, down_packed, group_size, block_k):
-    raise ValueError(f"{name}: unsupported shapes x {x.shape} {x.dtype}, gate_packed {gate_packed.shape}, down_packed "
-                     f"{down_packed.shape}, group {group_size}, block_k {block_k} (need D and I multiples of block_k "
-                     ">= 128 and of 64)")
+  check_experts(name, x, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale, group_size, block_k,
+                block_k_down)
   if inter % block_n or d % block_n_down:
     raise ValueError(f"{name}: block_n {block_n} must divide I = {inter} and block_n_down {block_n_down} must "
                      f"divide D = {d}")
-  if inter % block_k_down or block_k_down < 128 or not is_pow2(block_k_down):
-    raise ValueError(f"{name}: block_k_down {block_k_down} must be a power of two >= 128 dividing I = {inter}")
   if lag is None:
     lag = n
   if not (isinstance(lag, int) and not isinstance(lag, bool) and lag >= 1):
@@ -177,12 +171,6 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
                      "gate/up programs)")
   nibble4_in_place, down_row_splits, prefetch = tile_options(name, n, block_n_down, nibble4_in_place,
                                                              down_row_splits, prefetch)
-  if up_packed.shape != gate_packed.shape:
-    raise ValueError(f"{name}: up_packed {tuple(up_packed.shape)} and gate_packed {tuple(gate_packed.shape)} must "
-                     "have one shape (one layout)")
-  check_scales(name, gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
-  check_block_k(f"{name} (gate/up)", gate_packed, block_k, multiples=True)
-  check_block_k(f"{name} (down)", down_packed, block_k_down, multiples=True)
   p = n * top_k
   ids = expert_ids.reshape(p).astype(jnp.int32)
   wts = expert_weights.reshape(p).astype(jnp.float32)

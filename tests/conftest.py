@@ -76,12 +76,23 @@ if _CACHE_OFF_HERE:
 
 def pytest_addoption(parser):
   parser.addoption("--run-slow", action="store_true", default=False, help="run tests marked slow")
+  parser.addoption("--run-e2e", action="store_true", default=False,
+                   help="run tests marked e2e (the end-to-end tier: `make test-e2e`, run by CI after `make test`)")
+
+
+# marker -> (option that runs it, reason a skipped test shows)
+_OPT_IN_TIERS = {
+    "slow": ("--run-slow", "slow test: takes minutes on the CPU; run with --run-slow (make test-all)"),
+    "e2e": ("--run-e2e", "end-to-end tier (processes, notebooks, training runs): run by `make test-e2e` and by CI "
+                         "(.ci/run) after `make test`"),
+}
 
 
 def pytest_collection_modifyitems(config, items):
-  if config.getoption("--run-slow"):
-    return
-  skip = pytest.mark.skip(reason="slow test: takes minutes on the CPU; run with --run-slow")
-  for item in items:
-    if "slow" in item.keywords:
-      item.add_marker(skip)
+  for marker, (option, reason) in _OPT_IN_TIERS.items():
+    if config.getoption(option):
+      continue
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+      if marker in item.keywords:
+        item.add_marker(skip)

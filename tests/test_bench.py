@@ -2,6 +2,8 @@
 import json
 import os
 
+import pytest
+
 import jax.numpy as jnp
 from flax import nnx
 
@@ -14,6 +16,7 @@ from ddtree_jax.model.dflash import DFlashDrafter
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.e2e
 def test_run_bench_records_plot_and_table(tmp_path):
   cfg = tiny()
   dcfg = tiny_drafter(cfg)

@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from configs.tiny import tiny
 from ddtree_jax.checkpoint import orbax_io, synthetic
 
@@ -34,6 +36,7 @@ def test_cli_converts_and_refuses_to_overwrite(tmp_path):
   assert r.returncode == 1 and "not a directory" in r.stderr and not os.path.exists(tmp_path / "out2")
 
 
+@pytest.mark.e2e
 def test_cli_mesh_is_data_x_model(tmp_path):
   """--mesh takes DATAxMODEL like every CLI (the shared parser, clear errors); the manifest records the mesh."""
   hf = synthetic.write_target_checkpoint(str(tmp_path / "hf"), tiny(), n_shards=1)

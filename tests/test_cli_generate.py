@@ -183,6 +183,7 @@ def refusals_driver(cases_path):
   print("RESULT " + json.dumps(out))
 
 
+@pytest.mark.e2e
 def test_stop_strings_and_stop_ids(dirs, text_target, tmp_path):
   from ddtree_jax.checkpoint.tokenizer import load_tokenizer
   decode = load_tokenizer(text_target).decode
@@ -211,6 +212,7 @@ def test_stop_strings_and_stop_ids(dirs, text_target, tmp_path):
   assert got["token_ids"] == ids[:ids.index(stop_id) + 1] and got["stats"]["stop_reason"] == "stop_token"
 
 
+@pytest.mark.e2e
 def test_prompt_file_options_per_prompt(dirs, text_target, tmp_path):
   # "Q" and "@" are single tokens below the tiny vocabulary in the embedded tokenizer.
   prompts = tmp_path / "p.jsonl"

@@ -60,6 +60,7 @@ def test_the_random_fallbacks_byte_tokenizer_takes_a_conversation():
   assert tok.encode_chat("hi") == tok.encode("user: hi\nassistant: ")
 
 
+@pytest.mark.e2e
 def test_interactive_chat_end_to_end_on_the_embedded_model():
   """Three turns and a /reset through the CLI: each turn's prompt is the conversation so far in the chat format
   (its length in tokens, from the turn's summary line, is that of the tokenizer's chat encoding of the turns

@@ -14,6 +14,11 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
+# Every test here starts several processes, each compiling its own programs: the end-to-end tier (`make test-e2e`).
+pytestmark = pytest.mark.e2e
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROMPT = "def fibonacci(n):\n"     # the speculative rounds accept 1 to 3 tokens on it (not only rejections)
 MODES = (("ar", 1), ("ddtree", 4))     # (mode, budget)

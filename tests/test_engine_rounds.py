@@ -4,10 +4,13 @@ import json
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 
+@pytest.mark.e2e
 def test_topk_switch_and_a_small_run(tmp_path):
   import engine_rounds as er
   import ddtree_jax.engine as engine_module

@@ -54,6 +54,7 @@ def _text(nb):
   return "\n".join(out)
 
 
+@pytest.mark.e2e
 def test_notebooks_execute(tmp_path, monkeypatch):
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   monkeypatch.setenv("PYTHONPATH", ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -90,6 +90,7 @@ def test_engine_refuses_before_allocating():
     plan.check_engine(eng, batch=1, capacity=256, prompt_tokens=16, budget=0, device_bytes=10**5)
 
 
+@pytest.mark.e2e
 def test_cli_exit_codes():
   env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
   run = lambda *a: subprocess.run([sys.executable, "-m", "ddtree_jax.cli.plan", *a], env=env, capture_output=True,

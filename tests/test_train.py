@@ -75,6 +75,7 @@ def _tiny(vocab):
       moe_intermediate_size=32)
 
 
+@pytest.mark.e2e
 def test_tiny_target_run_resumes_exports_and_loads(tmp_path):
   """4 steps, then resumed to 8 from the orbax checkpoint; INT4 export loads through load_target."""
   from ddtree_jax.checkpoint.load import load_target
@@ -118,6 +119,7 @@ def test_tiny_target_run_resumes_exports_and_loads(tmp_path):
   assert c4.experts_int4 and c4.vocab_size == data["tokenizer"].vocab_size
 
 
+@pytest.mark.e2e
 def test_tiny_drafter_run_exports_and_decodes_losslessly(tmp_path):
   """A drafter trained (3 steps) against an exported INT4 target, in the public DFlash format; the
   loaded pair decodes exactly as AR (fp32)."""

@@ -30,6 +30,7 @@ def eight_devices(tmp_path_factory):
   return json.loads(line[len("RESULT "):]), wd
 
 
+@pytest.mark.e2e
 def test_target_on_4x2_resumed_matches_one_device(eight_devices):
   res, wd = eight_devices
   one, mesh = res["target"]["one"], res["target"]["mesh"]
@@ -48,6 +49,7 @@ def test_target_on_4x2_resumed_matches_one_device(eight_devices):
   assert np.isfinite(res["target"]["summary"]["val_loss_int4"]) and res["target"]["summary"]["export_bytes"] > 0
 
 
+@pytest.mark.e2e
 def test_drafter_on_8x1_matches_one_device(eight_devices):
   res, wd = eight_devices
   one, mesh = res["drafter"]["one"], res["drafter"]["mesh"]

@@ -91,6 +91,7 @@ def test_tracing_keeps_tokens_and_matches_rounds(random_engine, mode, temperatur
       node_roles(t.parents, t.valid, t.path)                # a valid root-first chain
 
 
+@pytest.mark.e2e
 def test_generate_trace_dir_same_tokens(tmp_path):
   from configs.tiny import tiny, tiny_drafter
   from ddtree_jax.checkpoint.synthetic import write_drafter_checkpoint, write_target_checkpoint

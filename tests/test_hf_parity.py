@@ -127,6 +127,7 @@ DEFAULT_TARGET = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__
                               "target")
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not os.path.exists(DEFAULT_GOLDEN), reason="no golden file of the shipped target")
 def test_shipped_default_target_matches_transformers():
   """The shipped embedded target as HF transformers reads it (experts dequantised for it by

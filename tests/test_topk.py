@@ -42,6 +42,7 @@ def test_benchmark_smoke(tmp_path):
   assert {r["form"] for r in rows} >= {"lax.top_k", "chunk 256"} and all(r["seconds"] > 0 for r in rows)
 
 
+@pytest.mark.e2e
 def test_engine_tokens_are_the_same_with_two_stages(monkeypatch):
   """The drafter's top-K and the sampling filter's top-k through two stages (forced here on the CPU, where
   default_chunk keeps one) give the engine the same drafts and samples: the same tokens, the same accepted

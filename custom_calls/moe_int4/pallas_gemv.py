@@ -385,6 +385,16 @@ def default_down_row_splits(num_tokens, block_n_down):
   return 2 if num_tokens <= 8 and block_n_down == 8 else 1
 
 
+def tile_blocks(num_tokens, d, inter, block_n, block_n_down, block_k, block_k_down, num_warps, num_stages):
+  """The tile sizes of routed_experts_int4_gemv (and pallas_gemv_pipelined) with default_gemv_blocks' defaults filled
+  in where None: (block_n, block_n_down, block_k, block_k_down, num_warps, num_stages). The K steps are capped at D
+  and I (block_k_down defaults to block_k)."""
+  dbn, dbnd, dbk, dnw, dns = default_gemv_blocks(num_tokens)[:5]
+  block_k = min(block_k or dbk, d, inter)
+  return (block_n or dbn, block_n_down or dbnd, block_k, min(block_k_down or block_k, inter), num_warps or dnw,
+          num_stages or dns)
+
+
 def tile_options(name, num_tokens, block_n_down, nibble4_in_place, down_row_splits, prefetch):
   """The tile options of routed_experts_int4_gemv (and pallas_gemv_pipelined), defaults filled in and checked:
   ((gate/up, down) nibble-4 extraction, down_row_splits, prefetch). Errors begin with `name`."""
@@ -486,11 +496,9 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   n, d = x.shape
   top_k = expert_ids.shape[1]
   e, inter, _ = logical_shape(gate_packed)
-  dbn, dbnd, dbk, dnw, dns, dsort, drun, dsplits, _, dunroll = default_gemv_blocks(n)
-  block_n, block_n_down = block_n or dbn, block_n_down or dbnd
-  block_k = min(block_k or dbk, d, inter)
-  block_k_down = min(block_k_down or block_k, inter)
-  num_warps, num_stages = num_warps or dnw, num_stages or dns
+  _, _, _, _, _, dsort, drun, dsplits, _, dunroll = default_gemv_blocks(n)
+  block_n, block_n_down, block_k, block_k_down, num_warps, num_stages = tile_blocks(
+      n, d, inter, block_n, block_n_down, block_k, block_k_down, num_warps, num_stages)
   sort_pairs = dsort if sort_pairs is None else sort_pairs
   rows_per_run = rows_per_run or drun
   if pair_splits is None:                 # the default split needs runs of one pair

@@ -50,7 +50,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.moe_int4.k_chunks import logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes
-from custom_calls.moe_int4.pallas_gemv import (check_experts, default_gemv_blocks, down_token_rows, gate_up_rows,
+from custom_calls.moe_int4.pallas_gemv import (check_experts, down_token_rows, gate_up_rows, tile_blocks,
                                                tile_options)
 
 SPIN_LIMIT = 1 << 20        # polls of a counter before a down program gives up (~1 us each) and writes NaN
@@ -153,11 +153,8 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   n, d = x.shape
   top_k = expert_ids.shape[1]
   e, inter, _ = logical_shape(gate_packed)
-  dbn, dbnd, dbk, dnw, dns, _, _, _, _, _ = default_gemv_blocks(n)
-  block_n, block_n_down = block_n or dbn, block_n_down or dbnd
-  block_k = min(block_k or dbk, d, inter)
-  block_k_down = min(block_k_down or block_k, inter)
-  num_warps, num_stages = num_warps or dnw, num_stages or dns
+  block_n, block_n_down, block_k, block_k_down, num_warps, num_stages = tile_blocks(
+      n, d, inter, block_n, block_n_down, block_k, block_k_down, num_warps, num_stages)
   name = "routed_experts_int4_gemv_pipelined"
   check_experts(name, x, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale, group_size, block_k,
                 block_k_down)

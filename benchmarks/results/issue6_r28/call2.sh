@@ -7,7 +7,7 @@ R=${R:-r1}; mkdir -p $OUT/$R
 for n in 2 3; do
   G='{"kernel": "gemv", "k_chunk": 256'
   C="[{\"kernel\": \"default\", \"k_chunk\": 256}, {\"kernel\": \"gemv_pipelined\", \"k_chunk\": 256}, $G, \"compact_pairs\": false}, $G, \"compact_pairs\": false, \"pair_splits\": $((8 * n))}]"
-  timeout 270 env PYTHONPATH=. OUT=$OUT/$R/t$n python3 benchmarks/kernels.py --only moe --moe-rows $n --no-baselines \
+  mkdir -p $OUT/$R/t$n; timeout 270 env PYTHONPATH=. OUT=$OUT/$R/t$n python3 benchmarks/kernels.py --only moe --moe-rows $n --no-baselines \
     --moe-configs "$C" --budget 250 > $OUT/$R/t$n.log 2>&1
   grep -E "copy|  moe M=" $OUT/$R/t$n.log | cut -c1-220
 done

@@ -340,6 +340,22 @@ def test_gemv_activation_planes():
     np.testing.assert_array_equal(xs[:, j, :], np.asarray(x)[:, j::8] * 2.0 ** -(0 if j == 4 else e))
 
 
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_gemv_defaults_skip_the_compaction_at_two_and_three_tokens(n):
+  """Left to its defaults the gemv visits the pairs uncompacted at 2-3 tokens (default_uncompacted_pairs): one pair
+  a gate/up program, no XLA sort before the kernels; the same bits as the compacted visits, which it keeps from 4
+  tokens and whenever compact_pairs or pair_splits is given."""
+  from custom_calls.moe_int4.pallas_gemv import default_uncompacted_pairs, routed_experts_int4_gemv
+  x, ids, w, experts = make_inputs(70 + n, n, 8, 16, 6, 512, 256, jnp.float32)
+  run = lambda **kw: routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128, **kw)
+  sorts = lambda **kw: "sort" in str(jax.make_jaxpr(lambda: run(**kw))())
+  assert default_uncompacted_pairs(n) == (n < 4)
+  assert sorts() == (n >= 4)
+  assert sorts(compact_pairs=True) and sorts(pair_splits=n)         # given options keep the compaction
+  np.testing.assert_array_equal(np.asarray(run()), np.asarray(run(compact_pairs=True)))
+  assert rel_err(run(), reference_f32(x, ids, w, experts, 3)) < 1e-5
+
+
 @pytest.mark.parametrize("n,splits", [(3, 9), (3, 24)])     # strides over the 24 pairs; one pair a program
 def test_gemv_uncompacted_pair_splits_give_the_same_bits(n, splits):
   """compact_pairs=False: the gate/up programs stride over all pairs (no XLA compaction) and skip the remote ones;

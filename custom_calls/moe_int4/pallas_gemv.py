@@ -367,6 +367,16 @@ def default_gemv_blocks(num_tokens):
   return 4, 8, 1024, 4, 2, True, 2, 1, 0, False
 
 
+def default_uncompacted_pairs(num_tokens):
+  """Whether routed_experts_int4_gemv, left to its defaults (compact_pairs and pair_splits None), visits the pairs
+  without XLA's compaction, one pair a gate/up program (compact_pairs False, pair_splits P = N * top_k): at 2-3
+  tokens. H100, k-chunked 256 experts, us per call, two runs (benchmarks/RESULTS.md, issue 6 twenty-eighth round,
+  call 2): 2 tokens 33.5 / 34.1 against 35.9 / 35.0 compacted; 3 tokens 49.3 / 49.6 against 50.8 / 50.9. Without
+  compaction but N splits: 42.1 / 41.8 at 2 tokens (slower), 49.0 / 48.2 at 3. One token visits its pairs in one
+  program anyway (pair_splits 1: no compaction); from ONE_LAUNCH_MIN_TOKENS the one-launch kernel runs."""
+  return 2 <= num_tokens <= 3
+
+
 def default_nibble4_in_place(num_tokens):
   """(gate/up, down): nibble 4 masked in place or taken from the shifted word (nibbles.py). H100 (benchmarks/
   RESULTS.md, issue 6 twenty-second round), stored layout, both kernels one way, two runs each: in place 24.4 us
@@ -457,7 +467,7 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
-                             block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=True,
+                             block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=None,
                              nibble4_in_place=None, down_row_splits=None, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
@@ -482,9 +492,11 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   load of the expert ids and comparisons, up to RANK_IN_KERNEL_MAX_PAIRS pairs) instead of visiting an order
   array made by XLA (a compaction and an argsort, two kernels before it). Same results.
   compact_pairs: with pair_splits > 1 in token order, the gate/up programs visit the local pairs compacted by XLA
-  (True, the default) or positions s, s + S, ... of all P = N * top_k pairs, skipping the remote ones (False: no
-  XLA kernel before the gate/up kernel; pair_splits = P gives each program one pair, most of them remote and
-  ending at once). Same results. The down kernel splits the tokens min(S, N) ways either way.
+  (True) or positions s, s + S, ... of all P = N * top_k pairs, skipping the remote ones (False: no XLA kernel
+  before the gate/up kernel; pair_splits = P gives each program one pair, most of them remote and ending at once).
+  Same results. The down kernel splits the tokens min(S, N) ways either way. None: True, except that with
+  pair_splits also None (and runs of one pair in token order, rank_in_kernel off) default_uncompacted_pairs(N)
+  chooses False with pair_splits P.
   nibble4_in_place: how the kernels extract nibble 4 (nibbles.py): a bool for both, or (gate/up, down); None:
   default_nibble4_in_place(N). Same results.
   down_row_splits R: the down kernel reduces its BN rows as R tiles of BN / R rows that share each K step's
@@ -501,8 +513,13 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
       n, d, inter, block_n, block_n_down, block_k, block_k_down, num_warps, num_stages)
   sort_pairs = dsort if sort_pairs is None else sort_pairs
   rows_per_run = rows_per_run or drun
+  p = n * top_k
+  uncompacted = (compact_pairs is None and pair_splits is None and rows_per_run == 1 and not sort_pairs
+                 and not rank_in_kernel and default_uncompacted_pairs(n))
+  if compact_pairs is None:
+    compact_pairs = not uncompacted
   if pair_splits is None:                 # the default split needs runs of one pair
-    pair_splits = dsplits if rows_per_run == 1 else 1
+    pair_splits = p if uncompacted else dsplits if rows_per_run == 1 else 1
   check_experts("routed_experts_int4_gemv", x, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale,
                 group_size, block_k, block_k_down)
   if inter % block_n or d % block_n_down or rows_per_run & (rows_per_run - 1):
@@ -515,7 +532,6 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
       "routed_experts_int4_gemv", n, block_n_down, nibble4_in_place, down_row_splits, prefetch)
   if num_warps_down is not None and not is_pow2(num_warps_down):
     raise ValueError(f"routed_experts_int4_gemv: num_warps_down {num_warps_down} must be a power of two")
-  p = n * top_k
   ids = expert_ids.reshape(p).astype(jnp.int32)
   wts = expert_weights.reshape(p).astype(jnp.float32)
   off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))

@@ -3,6 +3,8 @@
 CPU runs use the Pallas interpreter (impl="pallas_interpret") on small shapes; the GPU test runs the
 compiled kernels at the K2.6 per-GPU expert shapes and is skipped without a GPU.
 """
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -352,6 +354,9 @@ def test_gemv_defaults_skip_the_compaction_at_two_and_three_tokens(n):
   assert default_uncompacted_pairs(n) == (n < 4)
   assert sorts() == (n >= 4)
   assert sorts(compact_pairs=True) and sorts(pair_splits=n)         # given options keep the compaction
+  # one pair a gate/up program at 2-3 tokens (N * top_k splits; N splits uncompacted is slower), N splits from 4
+  gate_up_grid = re.findall(r"grid=\(([^)]*)\)", str(jax.make_jaxpr(lambda: run())()))[0]
+  assert gate_up_grid == f"{256 // 4}, {n * 8 if n < 4 else n}", gate_up_grid
   np.testing.assert_array_equal(np.asarray(run()), np.asarray(run(compact_pairs=True)))
   assert rel_err(run(), reference_f32(x, ids, w, experts, 3)) < 1e-5
 

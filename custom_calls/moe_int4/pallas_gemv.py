@@ -21,8 +21,10 @@ per SM on an H200). In token order this path has no routing sort and no atomics:
   layout conversion through shared memory in the K loop (H100: 3.5-7% faster at 1-8 tokens on k-chunked experts).
 - `pair_splits` S > 1: a second grid axis splits the pairs (gate/up: the local pairs, compacted first) and
   the tokens (down) S ways, so that S programs share a column tile's pairs instead of one walking them all.
-  The default at 2-8 tokens (S = tokens): on the H200 0.070 ms against 0.085 unsplit at 4 tokens. The local
-  pairs are compacted by XLA (an order array), or with `rank_in_kernel` by each gate/up program itself.
+  The default at 4-8 tokens (S = tokens): on the H200 0.070 ms against 0.085 unsplit at 4 tokens. The local
+  pairs are compacted by XLA (an order array), or with `rank_in_kernel` by each gate/up program itself. At 2-3
+  tokens the default is S = P (= tokens x top_k) with no compaction: one pair a gate/up program, the remote ones
+  ending at once (`compact_pairs=False`, default_uncompacted_pairs; H100: 2.4-6.8% faster).
 - Where the pairs' count is static, the pair loops are straight-line code (`unroll_pairs`, the default up to
   8 tokens), so that the expert ids are independent loads; with 4 warps (default) this made 1-6 tokens 6-11%
   faster on the H200 (issue 6 fifteenth round).

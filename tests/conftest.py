@@ -83,8 +83,8 @@ def pytest_addoption(parser):
 # marker -> (option that runs it, reason a skipped test shows)
 _OPT_IN_TIERS = {
     "slow": ("--run-slow", "slow test: takes minutes on the CPU; run with --run-slow (make test-all)"),
-    "e2e": ("--run-e2e", "end-to-end tier (processes, notebooks, training and whole-engine runs): run by `make test-e2e` and by CI "
-                         "(.ci/run) after `make test`"),
+    "e2e": ("--run-e2e", "end-to-end tier (processes, notebooks, training and whole-engine runs): run by "
+                         "`make test-e2e` and by CI (.ci/run) after `make test`"),
 }
 
 

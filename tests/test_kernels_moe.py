@@ -350,15 +350,17 @@ def test_gemv_defaults_skip_the_compaction_at_two_and_three_tokens(n):
   from custom_calls.moe_int4.pallas_gemv import default_uncompacted_pairs, routed_experts_int4_gemv
   x, ids, w, experts = make_inputs(70 + n, n, 8, 16, 6, 512, 256, jnp.float32)
   run = lambda **kw: routed_experts_int4_gemv(x, ids, w, *experts, 3, interpret=True, block_k=128, **kw)
-  sorts = lambda **kw: "sort" in str(jax.make_jaxpr(lambda: run(**kw))())
+  program = lambda **kw: str(jax.make_jaxpr(lambda: run(**kw))())
+  defaults = program()
   assert default_uncompacted_pairs(n) == (n < 4)
-  assert sorts() == (n >= 4)
-  assert sorts(compact_pairs=True) and sorts(pair_splits=n)         # given options keep the compaction
+  assert ("sort" in defaults) == (n >= 4)
+  assert "sort" in program(compact_pairs=True) and "sort" in program(pair_splits=n)   # given options keep it
   # one pair a gate/up program at 2-3 tokens (N * top_k splits; N splits uncompacted is slower), N splits from 4
-  gate_up_grid = re.findall(r"grid=\(([^)]*)\)", str(jax.make_jaxpr(lambda: run())()))[0]
+  gate_up_grid = re.findall(r"grid=\(([^)]*)\)", defaults)[0]
   assert gate_up_grid == f"{256 // 4}, {n * 8 if n < 4 else n}", gate_up_grid
-  np.testing.assert_array_equal(np.asarray(run()), np.asarray(run(compact_pairs=True)))
-  assert rel_err(run(), reference_f32(x, ids, w, experts, 3)) < 1e-5
+  out = run()
+  np.testing.assert_array_equal(np.asarray(out), np.asarray(run(compact_pairs=True)))
+  assert rel_err(out, reference_f32(x, ids, w, experts, 3)) < 1e-5
 
 
 @pytest.mark.parametrize("n,splits", [(3, 9), (3, 24)])     # strides over the 24 pairs; one pair a program

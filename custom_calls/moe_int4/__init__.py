@@ -29,8 +29,8 @@ GEMV_MAX_TOKENS = 8
 # H100, k-chunked (issue 6 twenty-seventh round), one launch against two: 4 tokens 57.6 vs 59.6 us, 6 tokens
 # 79.4-79.8 vs 81.9-83.7; 2 tokens 35.7 vs 35.1 and 1 token 35.0 vs 20.7, so two launches below 4. Twenty-eighth
 # round (H100, k-chunked, two runs): 2 tokens 36.6 / 36.5 vs 33.5 / 34.1; 3 tokens 44.6 / 51.3 vs 49.3 / 49.6 (the
-# two runs disagree), against pallas_gemv's new default below, so still 4. Below it pallas_gemv's defaults skip XLA's pair compaction at 2-3 tokens
-# (pallas_gemv.default_uncompacted_pairs).
+# two runs disagree), against pallas_gemv's new default below, so still 4. Below it pallas_gemv's defaults skip XLA's
+# pair compaction at 2-3 tokens (pallas_gemv.default_uncompacted_pairs).
 ONE_LAUNCH_MIN_TOKENS = 4
 # The k-chunk size of the layout the model gives the kernels on a GPU (k_chunks.py; ddtree_jax/model/experts.py
 # use_k_chunks): the grouped kernels' K step, so that each of their tiles is one contiguous block. H200, issue 6

@@ -40,6 +40,7 @@ from custom_calls.moe_int4.mosaic_experts import routed_experts_int4_mosaic
 from custom_calls.moe_int4.mosaic_layout import to_mosaic_layout
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_gemv_pipelined import routed_experts_int4_gemv_pipelined
+from custom_calls.moe_int4.pallas_triton_pipelined import routed_experts_int4_grouped_one_launch
 from custom_calls.moe_int4.pallas_triton import combine, default_blocks, route
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
@@ -333,8 +334,9 @@ def ragged_bf16_moe(x, ids, w, wg, wu, wd, *, e):
 
 
 MOE_KERNELS = {"gemv": routed_experts_int4_gemv,
-               "gemv_pipelined": routed_experts_int4_gemv_pipelined,   # both parts in one launch; not dispatched
+               "gemv_pipelined": routed_experts_int4_gemv_pipelined,   # both parts in one launch; dispatched at 4-8 tokens
                "grouped": routed_experts_int4_pallas,
+               "grouped_one_launch": routed_experts_int4_grouped_one_launch,   # both parts in one launch; not dispatched
                "mosaic": routed_experts_int4_mosaic}     # tensor cores, <= 16 tokens; its own layout; not dispatched
 
 
@@ -605,7 +607,7 @@ def main():
                        'keyword arguments)')
   ap.add_argument("--moe-configs", default="",
                   help='MoE: a JSON list of configs timed at every row count after the dispatch, e.g. '
-                       '\'[{"kernel": "gemv", "block_k": 512}]\' ("kernel": gemv, gemv_pipelined, grouped or mosaic, and its keyword '
+                       '\'[{"kernel": "gemv", "block_k": 512}]\' ("kernel": gemv, gemv_pipelined, grouped, grouped_one_launch or mosaic, and its keyword '
                        'arguments)')
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")

@@ -16,6 +16,7 @@ from custom_calls.mla_attention.split_combine import combine_splits_pallas
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_gemv_pipelined import routed_experts_int4_gemv_pipelined
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
+from custom_calls.moe_int4.pallas_triton_pipelined import routed_experts_int4_grouped_one_launch
 from custom_calls.tree_build.pallas_triton import tree_build_pallas
 from custom_calls.tree_verify.pallas_triton import tree_walk_pallas
 
@@ -73,12 +74,15 @@ MOE_KERNELS = {
     "grouped": lambda *a: routed_experts_int4_pallas(*a, 0),
     "grouped_planar": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256),
     "grouped_f32_planes": lambda *a: routed_experts_int4_pallas(*a, 0, planar=True, block_k=256, exact_bf16=False),
+    # the grouped kernels' two parts in one launch (one module)
+    "grouped_one_launch": lambda *a: routed_experts_int4_grouped_one_launch(*a, 0),
 }
 
 
 @pytest.mark.parametrize("kernel", sorted(MOE_KERNELS))
 def test_moe_kernels_lower_for_h200(kernel):
-  modules = 1 if kernel.startswith("gemv_pipelined") else 2                # gate/up and down, or both in one
+  one_launch = kernel.startswith("gemv_pipelined") or kernel == "grouped_one_launch"
+  modules = 1 if one_launch else 2                                          # gate/up and down, or both in one
   assert lower_for_h200(MOE_KERNELS[kernel], *moe_args(4)) == modules
 
 

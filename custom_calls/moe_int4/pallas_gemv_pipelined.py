@@ -18,7 +18,7 @@ The default L = N puts every gate/up program first: the two launches' order, wit
   of their index in practice, so the programs it waits on have started and, waiting on nothing, finish. That
   order is not a documented guarantee: `ticket=True` takes each program's place from an atomic counter instead
   (the order programs actually started in), which is safe under any scheduling, at one atomic per program.
-- A wait that gives up after SPIN_LIMIT polls writes NaN into its rows: a broken schedule fails the check
+- A wait that gives up after grid_sync.SPIN_LIMIT polls writes NaN into its rows: a broken schedule fails the check
   instead of hanging the GPU.
 - The counters (and the ticket) are words of the small constants array, which XLA makes in one fusion with the
   expert offset, so no zero-fill runs; the kernel updates them in place (an aliased output). With a literal offset
@@ -48,12 +48,12 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from custom_calls.moe_int4.grid_sync import arrive, counter_wait, poison_unless
 from custom_calls.moe_int4.k_chunks import logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes
 from custom_calls.moe_int4.pallas_gemv import (check_experts, down_token_rows, gate_up_rows, tile_blocks,
                                                tile_options)
 
-SPIN_LIMIT = 1 << 20        # polls of a counter before a down program gives up (~1 us each) and writes NaN
 _FIRST_COUNTER = 2          # consts: [expert offset, MAGIC, counter of token 0 .. N-1, ticket]
 
 
@@ -75,16 +75,6 @@ def program_place(q, *, tokens, gate_up_programs, down_programs, lag):
                     jnp.where(in_full, jnp.where(j_full < g, t_full + lag, t_full), tokens - lag + r_tail // d))
   tile = jnp.where(in_head, q % g, jnp.where(in_full, jnp.where(j_full < g, j_full, j_full - g), r_tail % d))
   return gate_up, token, tile
-
-
-def _counter_wait(sync_ref, index, target, *, interpret):
-  """Poll word `index` of sync_ref until it reaches target; True when it did (False: SPIN_LIMIT polls gave up)."""
-  read = lambda: plgpu.atomic_add(sync_ref, index, jnp.int32(0))
-  if interpret:                 # programs run in grid order: every arrival is in (a polling loop cannot be discharged)
-    return read() >= target
-  seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < SPIN_LIMIT), lambda s: (read(), s[1] + 1),
-                           (read(), jnp.int32(0)))
-  return seen >= target
 
 
 def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, dw_ref, ds_ref,
@@ -121,17 +111,15 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
         pair(k)
     else:
       lax.fori_loop(0, top_k, lambda k, c: (pair(k), c)[1], 0)
-    if not interpret:              # (the interpreter has no barrier; its programs run one after another)
-      plgpu.debug_barrier()        # every thread's h stores before this program's arrival
-    plgpu.atomic_add(sync_ref, _FIRST_COUNTER + t, jnp.int32(1))
+    arrive(sync_ref, _FIRST_COUNTER + t, interpret=interpret)
 
   @pl.when(jnp.logical_not(gate_up))
   def _():
-    ok = _counter_wait(sync_ref, _FIRST_COUNTER + t, g, interpret=interpret)
+    ok = counter_wait(sync_ref, _FIRST_COUNTER + t, g, interpret=interpret)
     down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, j * block_n_down, t, top_k=top_k,
                     num_local=num_local, block_n=block_n_down, block_k=block_k_down, group_size=group_size,
                     prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=in_place_down,
-                    row_splits=row_splits, poison=jnp.where(ok, jnp.float32(0.0), jnp.float32(jnp.nan)))
+                    row_splits=row_splits, poison=poison_unless(ok))
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "block_k_down",

@@ -26,6 +26,7 @@ tensor-core bound at thousands of rows (raise block_m).
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -96,90 +97,105 @@ def load_token_columns(x_ref, toks, tok_ok, cols):
   return plgpu.load(x_ref.at[toks[:, None], cols[None, :]], mask=mask, other=0.)
 
 
-def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, *,
-                    block_m, block_n, block_k, group_size, num_tokens, precision, planar, exact_bf16):
-  """magic: [1] i32 (nibbles.MAGIC); bvalid/bexp: [NB] i32; tok: [P_pad] i32 (num_tokens = pad);
+def gate_up_block(magic_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, blk, jn, *,
+                  block_m, block_n, block_k, group_size, num_tokens, precision, planar, exact_bf16):
+  """h rows of row block `blk` (a used one), columns [jn*BN, (jn+1)*BN): silu(x Wg^T) * (x Wu^T).
+
+  magic: [1] i32 (nibbles.MAGIC); bexp: [NB] i32; tok: [P_pad] i32 (num_tokens = pad);
   x: [N, D] (planar: in the planes layout); gw/uw: i32 [E, I, D/8]; gs/us: [E, I, D/g] (or k-chunked);
   h: [P_pad, I] (planar: written in the planes layout, for the planar down kernel)."""
-  blk = pl.program_id(0)
-  jn = pl.program_id(1)
   d = x_ref.shape[1]
+  e = bexp_ref[blk]
+  toks, tok_ok = block_tokens(tok_ref, blk, block_m, num_tokens)                 # [BM]
+  cols = jnp.arange(block_k, dtype=jnp.int32)
+  n0 = jn * block_n
 
-  @pl.when(bvalid_ref[blk] != 0)
-  def _():
-    e = bexp_ref[blk]
-    toks, tok_ok = block_tokens(tok_ref, blk, block_m, num_tokens)                 # [BM]
-    cols = jnp.arange(block_k, dtype=jnp.int32)
-    n0 = jn * block_n
+  d8 = d // 8
+  w_idx = jnp.arange(block_k // 8, dtype=jnp.int32)
 
-    d8 = d // 8
-    w_idx = jnp.arange(block_k // 8, dtype=jnp.int32)
+  def body_planar(kk, carry):
+    acc_g, acc_u = carry
+    act = lambda j: load_token_columns(x_ref, toks, tok_ok, j * d8 + kk * (block_k // 8) + w_idx)
+    kw = dict(block_n=block_n, block_k=block_k, group_size=group_size, precision=precision, exact_bf16=exact_bf16)
+    acc_g = _planar_dot(acc_g, act, gw_ref, gs_ref, e, n0, kk, magic_ref[0], **kw)
+    acc_u = _planar_dot(acc_u, act, uw_ref, us_ref, e, n0, kk, magic_ref[0], **kw)
+    return acc_g, acc_u
 
-    def body_planar(kk, carry):
-      acc_g, acc_u = carry
-      act = lambda j: load_token_columns(x_ref, toks, tok_ok, j * d8 + kk * (block_k // 8) + w_idx)
-      kw = dict(block_n=block_n, block_k=block_k, group_size=group_size, precision=precision, exact_bf16=exact_bf16)
-      acc_g = _planar_dot(acc_g, act, gw_ref, gs_ref, e, n0, kk, magic_ref[0], **kw)
-      acc_u = _planar_dot(acc_u, act, uw_ref, us_ref, e, n0, kk, magic_ref[0], **kw)
-      return acc_g, acc_u
+  def body(kk, carry):
+    acc_g, acc_u = carry
+    xb = load_token_columns(x_ref, toks, tok_ok, kk * block_k + cols)                 # [BM, BK]
+    words = lambda ref: load_word_tile(ref, e, n0, block_n, kk * (block_k // 8), block_k // 8)
+    scales = lambda ref: load_scale_tile(ref, e, n0, block_n, kk * (block_k // group_size), block_k // group_size)
+    wg = _dequant(words(gw_ref), scales(gs_ref), group_size, xb.dtype)        # [BN, BK]
+    acc_g = dot_accumulate(acc_g, xb, wg, trans_b=True, precision=precision)
+    wu = _dequant(words(uw_ref), scales(us_ref), group_size, xb.dtype)
+    acc_u = dot_accumulate(acc_u, xb, wu, trans_b=True, precision=precision)
+    return acc_g, acc_u
 
-    def body(kk, carry):
-      acc_g, acc_u = carry
-      xb = load_token_columns(x_ref, toks, tok_ok, kk * block_k + cols)                 # [BM, BK]
-      words = lambda ref: load_word_tile(ref, e, n0, block_n, kk * (block_k // 8), block_k // 8)
-      scales = lambda ref: load_scale_tile(ref, e, n0, block_n, kk * (block_k // group_size), block_k // group_size)
-      wg = _dequant(words(gw_ref), scales(gs_ref), group_size, xb.dtype)        # [BN, BK]
-      acc_g = dot_accumulate(acc_g, xb, wg, trans_b=True, precision=precision)
-      wu = _dequant(words(uw_ref), scales(us_ref), group_size, xb.dtype)
-      acc_u = dot_accumulate(acc_u, xb, wu, trans_b=True, precision=precision)
-      return acc_g, acc_u
-
-    zeros = jnp.zeros((block_m, block_n), jnp.float32)
-    acc_g, acc_u = lax.fori_loop(0, d // block_k, body_planar if planar else body, (zeros, zeros))
-    h = (acc_g * jax.nn.sigmoid(acc_g) * acc_u).astype(h_ref.dtype)
-    if planar:                                   # the planes layout (pre-scaled, exact, unless exact_bf16)
-      cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
-      rows = blk * block_m + jnp.arange(block_m, dtype=jnp.int32)
-      if not exact_bf16:
-        h = (h.astype(jnp.float32) * plane_scale(cols)[None, :]).astype(h_ref.dtype)
-      h_ref[rows[:, None], plane_columns(cols, h_ref.shape[1])[None, :]] = h
-    else:
-      h_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = h
-
-
-def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, *, block_m, block_n, block_k,
-                 group_size, precision, planar, exact_bf16):
-  """magic: [1] i32; h: [P_pad, I] (planar: planes layout); dw: i32 [E, D, I/8]; ds: [E, D, I/g];
-  y: [P_pad, D] f32. dw/ds may be k-chunked."""
-  blk = pl.program_id(0)
-  jn = pl.program_id(1)
-  inter = h_ref.shape[1]
-
-  @pl.when(bvalid_ref[blk] != 0)
-  def _():
-    e = bexp_ref[blk]
-    n0 = jn * block_n
-
+  zeros = jnp.zeros((block_m, block_n), jnp.float32)
+  acc_g, acc_u = lax.fori_loop(0, d // block_k, body_planar if planar else body, (zeros, zeros))
+  h = (acc_g * jax.nn.sigmoid(acc_g) * acc_u).astype(h_ref.dtype)
+  if planar:                                   # the planes layout (pre-scaled, exact, unless exact_bf16)
+    cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
     rows = blk * block_m + jnp.arange(block_m, dtype=jnp.int32)
+    if not exact_bf16:
+      h = (h.astype(jnp.float32) * plane_scale(cols)[None, :]).astype(h_ref.dtype)
+    h_ref[rows[:, None], plane_columns(cols, h_ref.shape[1])[None, :]] = h
+  else:
+    h_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = h
 
-    i8 = inter // 8
-    w_idx = jnp.arange(block_k // 8, dtype=jnp.int32)
 
-    def body_planar(kk, acc):
-      act = lambda j: h_ref[rows[:, None], (j * i8 + kk * (block_k // 8) + w_idx)[None, :]]
-      return _planar_dot(acc, act, dw_ref, ds_ref, e, n0, kk, magic_ref[0], block_n=block_n, block_k=block_k,
-                         group_size=group_size, precision=precision, exact_bf16=exact_bf16)
+def down_block(magic_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, blk, jn, *, block_m, block_n, block_k, group_size,
+               precision, planar, exact_bf16, poison=None):
+  """y rows of row block `blk` (a used one), columns [jn*BN, (jn+1)*BN): h Wd^T.
 
-    def body(kk, acc):
-      hb = h_ref[pl.ds(blk * block_m, block_m), pl.ds(kk * block_k, block_k)]      # [BM, BK]
-      w = _dequant(load_word_tile(dw_ref, e, n0, block_n, kk * (block_k // 8), block_k // 8),
-                   load_scale_tile(ds_ref, e, n0, block_n, kk * (block_k // group_size), block_k // group_size),
-                   group_size, hb.dtype)
-      return dot_accumulate(acc, hb, w, trans_b=True, precision=precision)
+  magic: [1] i32; h: [P_pad, I] (planar: planes layout); dw: i32 [E, D, I/8]; ds: [E, D, I/g];
+  y: [P_pad, D] f32. dw/ds may be k-chunked. poison: None, or an f32 scalar added to the tile (NaN marks a
+  failed wait in the one-launch kernel, pallas_triton_pipelined.py)."""
+  inter = h_ref.shape[1]
+  e = bexp_ref[blk]
+  n0 = jn * block_n
 
-    acc = lax.fori_loop(0, inter // block_k, body_planar if planar else body,
-                        jnp.zeros((block_m, block_n), jnp.float32))
-    y_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = acc.astype(y_ref.dtype)
+  rows = blk * block_m + jnp.arange(block_m, dtype=jnp.int32)
+
+  i8 = inter // 8
+  w_idx = jnp.arange(block_k // 8, dtype=jnp.int32)
+
+  def body_planar(kk, acc):
+    act = lambda j: h_ref[rows[:, None], (j * i8 + kk * (block_k // 8) + w_idx)[None, :]]
+    return _planar_dot(acc, act, dw_ref, ds_ref, e, n0, kk, magic_ref[0], block_n=block_n, block_k=block_k,
+                       group_size=group_size, precision=precision, exact_bf16=exact_bf16)
+
+  def body(kk, acc):
+    hb = h_ref[pl.ds(blk * block_m, block_m), pl.ds(kk * block_k, block_k)]      # [BM, BK]
+    w = _dequant(load_word_tile(dw_ref, e, n0, block_n, kk * (block_k // 8), block_k // 8),
+                 load_scale_tile(ds_ref, e, n0, block_n, kk * (block_k // group_size), block_k // group_size),
+                 group_size, hb.dtype)
+    return dot_accumulate(acc, hb, w, trans_b=True, precision=precision)
+
+  acc = lax.fori_loop(0, inter // block_k, body_planar if planar else body,
+                      jnp.zeros((block_m, block_n), jnp.float32))
+  if poison is not None:
+    acc = acc + poison
+  y_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = acc.astype(y_ref.dtype)
+
+
+def _gate_up_kernel(magic_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, **kw):
+  """Grid (row block, I tile); bvalid: [NB] i32 (0: an unused block, the program returns). See gate_up_block."""
+  blk, jn = pl.program_id(0), pl.program_id(1)
+
+  @pl.when(bvalid_ref[blk] != 0)
+  def _():
+    gate_up_block(magic_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, h_ref, blk, jn, **kw)
+
+
+def _down_kernel(magic_ref, bvalid_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, **kw):
+  """Grid (row block, D tile); bvalid as in _gate_up_kernel. See down_block."""
+  blk, jn = pl.program_id(0), pl.program_id(1)
+
+  @pl.when(bvalid_ref[blk] != 0)
+  def _():
+    down_block(magic_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, blk, jn, **kw)
 
 
 # Up to this many (token, k) pairs the routing ranks pairs by comparisons ([P, P] and [P_pad, P] masks, a few
@@ -301,6 +317,93 @@ def supported(x, gate_packed, down_packed, group_size):
           and d % 256 == 0 and inter % 128 == 0 and logical_shape(down_packed) == (e, d, inter // 8) and chunks_ok)
 
 
+class GroupedOptions(NamedTuple):
+  """The grouped kernels' tile sizes and numerics, resolved from the caller's options and default_blocks."""
+  block_m: int
+  block_n: int
+  block_k: int
+  block_n_down: int
+  block_k_down: int
+  num_warps: int
+  num_stages: int
+  num_warps_down: int
+  num_stages_down: int
+  planar: bool
+  exact_bf16: bool
+  precision: object                              # lax.Precision.HIGHEST for float32 x, else None
+
+
+def grouped_options(name, x, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale, *, group_size,
+                    block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None, block_n_down=None,
+                    block_k_down=None, num_warps_down=None, num_stages_down=None, planar=None, exact_bf16=None):
+  """Checks the expert arrays against x and resolves the options (see routed_experts_int4_pallas); errors name
+  `name`, the caller."""
+  n, d = x.shape
+  e, inter, _ = logical_shape(gate_packed)
+  if logical_shape(gate_packed) != (e, inter, d // 8) or up_packed.shape != gate_packed.shape:
+    raise ValueError(f"{name}: gate/up packed {gate_packed.shape}/{up_packed.shape}, "
+                     f"expected [E, I, D/8] (or k-chunked [E, D/C, I, C/8]) with D = {d} from x {x.shape}")
+  if logical_shape(down_packed) != (e, d, inter // 8):
+    raise ValueError(f"{name}: down packed {down_packed.shape}, expected {(e, d, inter // 8)} "
+                     "or its k-chunked form")
+  check_scales(name, gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
+  dbm, dbn, dbk, dnw, dns, dplanar, dbn_down = default_blocks(n, e, chunk_inputs(gate_packed))
+  if planar is None:
+    planar = dplanar if block_k is None and x.dtype != jnp.float16 else False
+  if planar and x.dtype == jnp.float16:
+    raise ValueError(f"{name}: planar=True needs bf16 or float32 x, got float16 (its activation "
+                     "planes, pre-scaled by down to 2**-16, would fall below float16's normal range, and its "
+                     "nibble-4 weight planes overflow float16 for group scales above 1/8)")
+  block_m = block_m or dbm
+  block_n_down = down_tile_width(block_n_down, block_n, dbn_down, dbn)
+  block_n = block_n or dbn
+  block_k = block_k or dbk
+  num_warps = num_warps or dnw
+  num_stages = num_stages or dns
+  block_k = min(block_k, d)
+  block_k_down = min(block_k_down or block_k, inter)
+  num_warps_down, num_stages_down = num_warps_down or num_warps, num_stages_down or num_stages
+  check_block_k(f"{name} (gate/up)", gate_packed, block_k)
+  check_block_k(f"{name} (down)", down_packed, block_k_down, what="block_k_down")
+  for dim, size, blk in (("D", d, block_k), ("I", inter, block_k_down), ("I", inter, block_n),
+                         ("D", d, block_n_down)):
+    if size % blk:
+      raise ValueError(f"{name}: {dim} = {size} is not a multiple of block {blk}")
+  if planar and (block_k < 128 or group_size < 8 or block_k_down < 128):
+    raise ValueError(f"{name}: planar=True needs block_k >= 128 (dots of K = block_k/8 >= 16)")
+  if block_k % group_size or block_k % 8 or block_k_down % group_size:
+    raise ValueError(f"{name}: block_k {block_k} and block_k_down {block_k_down} must be "
+                     f"multiples of group {group_size}")
+  precision = lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
+  if exact_bf16 is None:
+    exact_bf16 = planar and x.dtype == jnp.bfloat16
+  if exact_bf16 and not (planar and x.dtype == jnp.bfloat16):
+    raise ValueError(f"{name}: exact_bf16 needs planar=True and bf16 x, got planar={planar}, "
+                     f"x {x.dtype}")
+
+  return GroupedOptions(block_m, block_n, block_k, block_n_down, block_k_down, num_warps, num_stages, num_warps_down,
+                        num_stages_down, planar, exact_bf16, precision)
+
+
+def gate_up_block_options(o, group_size, num_tokens):
+  """gate_up_block's keyword arguments under options o (GroupedOptions)."""
+  return dict(block_m=o.block_m, block_n=o.block_n, block_k=o.block_k, group_size=group_size, num_tokens=num_tokens,
+              precision=o.precision, planar=o.planar, exact_bf16=o.exact_bf16)
+
+
+def down_block_options(o, group_size):
+  """down_block's keyword arguments under options o (GroupedOptions)."""
+  return dict(block_m=o.block_m, block_n=o.block_n_down, block_k=o.block_k_down, group_size=group_size,
+              precision=o.precision, planar=o.planar, exact_bf16=o.exact_bf16)
+
+
+def kernel_activations(x, o):
+  """x [N, D] as the gate/up kernel reads it: planar, in the planes layout (nibbles.py), pre-scaled by 2**-e for the
+  float32 planes, as is for the bf16 ones; otherwise x itself."""
+  n, d = x.shape
+  return activation_planes(x, prescaled=not o.exact_bf16).reshape(n, d).astype(x.dtype) if o.planar else x
+
+
 @functools.partial(jax.jit, static_argnames=("group_size", "block_m", "block_n", "block_k", "num_warps",
                                              "num_stages", "block_n_down", "block_k_down", "num_warps_down",
                                              "num_stages_down", "planar", "exact_bf16", "interpret"))
@@ -327,71 +430,30 @@ def routed_experts_int4_pallas(x, expert_ids, expert_weights, gate_packed, gate_
   """
   n, d = x.shape
   e, inter, _ = logical_shape(gate_packed)
-  if logical_shape(gate_packed) != (e, inter, d // 8) or up_packed.shape != gate_packed.shape:
-    raise ValueError(f"routed_experts_int4_pallas: gate/up packed {gate_packed.shape}/{up_packed.shape}, "
-                     f"expected [E, I, D/8] (or k-chunked [E, D/C, I, C/8]) with D = {d} from x {x.shape}")
-  if logical_shape(down_packed) != (e, d, inter // 8):
-    raise ValueError(f"routed_experts_int4_pallas: down packed {down_packed.shape}, expected {(e, d, inter // 8)} "
-                     "or its k-chunked form")
-  check_scales("routed_experts_int4_pallas", gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size)
-  dbm, dbn, dbk, dnw, dns, dplanar, dbn_down = default_blocks(n, e, chunk_inputs(gate_packed))
-  if planar is None:
-    planar = dplanar if block_k is None and x.dtype != jnp.float16 else False
-  if planar and x.dtype == jnp.float16:
-    raise ValueError("routed_experts_int4_pallas: planar=True needs bf16 or float32 x, got float16 (its activation "
-                     "planes, pre-scaled by down to 2**-16, would fall below float16's normal range, and its "
-                     "nibble-4 weight planes overflow float16 for group scales above 1/8)")
-  block_m = block_m or dbm
-  block_n_down = down_tile_width(block_n_down, block_n, dbn_down, dbn)
-  block_n = block_n or dbn
-  block_k = block_k or dbk
-  num_warps = num_warps or dnw
-  num_stages = num_stages or dns
-  block_k = min(block_k, d)
-  block_k_down = min(block_k_down or block_k, inter)
-  num_warps_down, num_stages_down = num_warps_down or num_warps, num_stages_down or num_stages
-  check_block_k("routed_experts_int4_pallas (gate/up)", gate_packed, block_k)
-  check_block_k("routed_experts_int4_pallas (down)", down_packed, block_k_down, what="block_k_down")
-  for name, size, blk in (("D", d, block_k), ("I", inter, block_k_down), ("I", inter, block_n),
-                          ("D", d, block_n_down)):
-    if size % blk:
-      raise ValueError(f"routed_experts_int4_pallas: {name} = {size} is not a multiple of block {blk}")
-  if planar and (block_k < 128 or group_size < 8 or block_k_down < 128):
-    raise ValueError("routed_experts_int4_pallas: planar=True needs block_k >= 128 (dots of K = block_k/8 >= 16)")
-  if block_k % group_size or block_k % 8 or block_k_down % group_size:
-    raise ValueError(f"routed_experts_int4_pallas: block_k {block_k} and block_k_down {block_k_down} must be "
-                     f"multiples of group {group_size}")
-  precision = lax.Precision.HIGHEST if x.dtype == jnp.float32 else None
-  if exact_bf16 is None:
-    exact_bf16 = planar and x.dtype == jnp.bfloat16
-  if exact_bf16 and not (planar and x.dtype == jnp.bfloat16):
-    raise ValueError(f"routed_experts_int4_pallas: exact_bf16 needs planar=True and bf16 x, got planar={planar}, "
-                     f"x {x.dtype}")
-
-  row_token, pos, is_local, block_valid, block_expert = route(expert_ids, e, expert_offset, block_m)
+  o = grouped_options("routed_experts_int4_pallas", x, gate_packed, gate_scale, up_packed, up_scale, down_packed,
+                      down_scale, group_size=group_size, block_m=block_m, block_n=block_n, block_k=block_k,
+                      num_warps=num_warps, num_stages=num_stages, block_n_down=block_n_down, block_k_down=block_k_down,
+                      num_warps_down=num_warps_down, num_stages_down=num_stages_down, planar=planar,
+                      exact_bf16=exact_bf16)
+  row_token, pos, is_local, block_valid, block_expert = route(expert_ids, e, expert_offset, o.block_m)
   p_pad = row_token.shape[0]
-  nb = p_pad // block_m
-  params = plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages)
-  params_down = plgpu.CompilerParams(num_warps=num_warps_down, num_stages=num_stages_down)
+  nb = p_pad // o.block_m
   magic = jnp.full((1,), MAGIC, jnp.int32)
-
-  # planar: x in the planes layout (nibbles.py), pre-scaled by 2**-e for the float32 planes, as is for bf16 ones
-  x_planes = activation_planes(x, prescaled=not exact_bf16).reshape(n, d).astype(x.dtype) if planar else x
   h = pl.pallas_call(
-      functools.partial(_gate_up_kernel, block_m=block_m, block_n=block_n, block_k=block_k,
-                        group_size=group_size, num_tokens=n, precision=precision, planar=planar,
-                        exact_bf16=exact_bf16),
-      grid=(nb, inter // block_n),
+      functools.partial(_gate_up_kernel, **gate_up_block_options(o, group_size, n)),
+      grid=(nb, inter // o.block_n),
       out_shape=jax.ShapeDtypeStruct((p_pad, inter), x.dtype),
-      compiler_params=params, interpret=interpret, name="moe_int4_gate_up",
-  )(magic, block_valid, block_expert, row_token, x_planes, gate_packed, gate_scale, up_packed, up_scale)
+      compiler_params=plgpu.CompilerParams(num_warps=o.num_warps, num_stages=o.num_stages), interpret=interpret,
+      name="moe_int4_gate_up",
+  )(magic, block_valid, block_expert, row_token, kernel_activations(x, o), gate_packed, gate_scale, up_packed,
+    up_scale)
 
   y = pl.pallas_call(
-      functools.partial(_down_kernel, block_m=block_m, block_n=block_n_down, block_k=block_k_down,
-                        group_size=group_size, precision=precision, planar=planar, exact_bf16=exact_bf16),
-      grid=(nb, d // block_n_down),
+      functools.partial(_down_kernel, **down_block_options(o, group_size)),
+      grid=(nb, d // o.block_n_down),
       out_shape=jax.ShapeDtypeStruct((p_pad, d), jnp.float32),
-      compiler_params=params_down, interpret=interpret, name="moe_int4_down",
+      compiler_params=plgpu.CompilerParams(num_warps=o.num_warps_down, num_stages=o.num_stages_down),
+      interpret=interpret, name="moe_int4_down",
   )(magic, block_valid, block_expert, h, down_packed, down_scale)
 
   return combine(y, pos, is_local, expert_weights, x.dtype)

@@ -31,6 +31,16 @@ def make_inputs(seed, n, k, e_total, e_local, d, inter, dtype, ids=None):
   return x, jnp.asarray(ids, jnp.int32), jnp.asarray(w), experts
 
 
+def k26_shard_inputs(seed, n):
+  """Random inputs at the K2.6 shard's shapes (48 local experts of 384, D 7168, I 2048; bf16 x) for the GPU tests:
+  (x, ids, w, stored experts). ids over 0..95, repeats allowed: ~4 local pairs a token."""
+  from custom_calls.random_inputs import random_int4_experts
+  ks = jax.random.split(jax.random.PRNGKey(seed), 9)
+  stored = random_int4_experts(ks[:6], 48, 7168, 2048)
+  x = jax.random.normal(ks[6], (n, 7168), jnp.bfloat16)
+  return x, jax.random.randint(ks[7], (n, 8), 0, 96), jax.random.uniform(ks[8], (n, 8)), stored
+
+
 def reference_f32(x, ids, w, experts, offset):
   return routed_experts_int4_reference(x.astype(jnp.float32), ids, w, *experts, expert_offset=offset)
 

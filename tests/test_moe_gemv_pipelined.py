@@ -12,7 +12,7 @@ from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_gemv_pipelined import program_place, routed_experts_int4_gemv_pipelined
 from tests.kernel_checks import rel_err
-from tests.test_kernels_moe import make_inputs, reference_f32
+from tests.test_kernels_moe import k26_shard_inputs, make_inputs, reference_f32
 
 
 @pytest.mark.parametrize("tokens,g,d,lag", [(1, 3, 2, 1), (4, 3, 2, 1), (4, 3, 5, 2), (3, 2, 5, 3), (3, 2, 5, 7)])
@@ -99,13 +99,7 @@ def test_gpu_kernel(n, chunk, opts):
   gate/up programs still running): against the XLA reference. Twice in one program with a literal offset, so that
   the constants array the kernel updates in place is a compile-time constant: XLA must give each call its own copy
   (with the ticket, a counter left over from the first call would send the second call's programs past the grid)."""
-  from custom_calls.random_inputs import random_int4_experts
-  e, d, inter = 48, 7168, 2048
-  ks = jax.random.split(jax.random.PRNGKey(100 + n), 9)
-  stored = random_int4_experts(ks[:6], e, d, inter)
-  x = jax.random.normal(ks[6], (n, d), jnp.bfloat16)
-  ids = jax.random.randint(ks[7], (n, 8), 0, 96)      # repeats allowed; ~4 local pairs a token
-  w = jax.random.uniform(ks[8], (n, 8))
+  x, ids, w, stored = k26_shard_inputs(100 + n, n)
   experts = experts_to_k_chunks(stored, chunk) if chunk else stored
   call = lambda xx: routed_experts_int4_gemv_pipelined(xx, ids, w, *experts, 0, **opts)
   first, second = jax.jit(lambda xx: (call(xx), call(xx * 2)))(x)

@@ -12,7 +12,7 @@ from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.pallas_triton_pipelined import program_place, routed_experts_int4_grouped_one_launch
 from tests.kernel_checks import rel_err
-from tests.test_kernels_moe import make_inputs, reference_f32
+from tests.test_kernels_moe import k26_shard_inputs, make_inputs, reference_f32
 
 
 @pytest.mark.parametrize("blocks,g,dn", [(1, 3, 2), (4, 3, 5), (3, 1, 1)])
@@ -67,13 +67,7 @@ def test_gpu_kernel(n, chunk):
   program, so that the constants array the kernel updates in place is a compile-time constant: XLA must give each
   call its own copy (a counter left over from the first call would let the second call's down programs read h
   before it is written)."""
-  from custom_calls.random_inputs import random_int4_experts
-  e, d, inter = 48, 7168, 2048
-  ks = jax.random.split(jax.random.PRNGKey(200 + n), 9)
-  stored = random_int4_experts(ks[:6], e, d, inter)
-  x = jax.random.normal(ks[6], (n, d), jnp.bfloat16)
-  ids = jax.random.randint(ks[7], (n, 8), 0, 96)      # repeats allowed; ~4 local pairs a token
-  w = jax.random.uniform(ks[8], (n, 8))
+  x, ids, w, stored = k26_shard_inputs(200 + n, n)
   experts = experts_to_k_chunks(stored, chunk) if chunk else stored
   call = lambda xx: routed_experts_int4_grouped_one_launch(xx, ids, w, *experts, 0)
   first, second = jax.jit(lambda xx: (call(xx), call(xx * 2)))(x)

@@ -62,6 +62,7 @@ def lower(args):
     from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
     from custom_calls.moe_int4.pallas_gemv_pipelined import routed_experts_int4_gemv_pipelined
     from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
+    from custom_calls.moe_int4.pallas_triton_pipelined import routed_experts_int4_grouped_one_launch
     e, d, inter, n = 48, 7168, 2048, args.tokens       # the K2.6 per-GPU expert shard
     experts = []
     for rows, cols in ((inter, d), (inter, d), (d, inter)):
@@ -71,7 +72,8 @@ def lower(args):
       experts += [words, scales]
     shapes = (S((n, d), jnp.bfloat16), S((n, 8), jnp.int32), S((n, 8), jnp.float32), *experts)
     kernel = {"moe_gemv": routed_experts_int4_gemv, "moe_gemv_pipelined": routed_experts_int4_gemv_pipelined,
-              "moe_grouped": routed_experts_int4_pallas}[args.kernel]
+              "moe_grouped": routed_experts_int4_pallas,
+              "moe_grouped_one_launch": routed_experts_int4_grouped_one_launch}[args.kernel]
     fn = lambda *a: kernel(*a, 0, **kw)
   lower_for_abstract_gpu(fn, *shapes, on_module=dump)
   print("\n".join(written))
@@ -137,7 +139,8 @@ def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = ap.add_subparsers(dest="cmd", required=True)
   lo = sub.add_parser("lower")
-  lo.add_argument("--kernel", choices=["mla", "mla_combine", "moe_gemv", "moe_gemv_pipelined", "moe_grouped"], required=True)
+  lo.add_argument("--kernel", choices=["mla", "mla_combine", "moe_gemv", "moe_gemv_pipelined", "moe_grouped",
+                                           "moe_grouped_one_launch"], required=True)
   lo.add_argument("--shape", default="1,257,8,32768", help="mla: B,T,H,S; mla_combine: B,splits,rows,dtype")
   lo.add_argument("--tokens", type=int, default=1, help="moe: tokens (one local expert each at most)")
   lo.add_argument("--k_chunk", type=int, default=0, help="moe: k-chunk the expert arrays (k_chunks.py) by this")

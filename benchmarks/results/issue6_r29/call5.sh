@@ -1,0 +1,7 @@
+# Issue 6, round 29 (session 34), call 5 (same warm machine): the grouped one-launch kernel again at 8 tokens (a second
+# run; the dispatch there is the one-launch gemv), and at 24 and 48 tokens, against the dispatch, k-chunked 256 experts.
+mkdir -p $OUT/t; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv > $OUT/gpu.txt
+C='[{"kernel": "default", "k_chunk": 256}, {"kernel": "grouped_one_launch", "k_chunk": 256}]'
+timeout 330 env PYTHONPATH=. OUT=$OUT/t python3 benchmarks/kernels.py --only moe --moe-rows 24,48,8 \
+  --no-baselines --moe-configs "$C" --budget 310 > $OUT/t.log 2>&1
+echo "kernels rc $?"; grep -E "copy|  moe M=" $OUT/t.log | cut -c1-220

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from custom_calls.moe_int4 import GEMV_MAX_TOKENS, GROUPED_ONE_LAUNCH_MAX_TOKENS, routed_experts_int4
 from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
 from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.pallas_triton_pipelined import program_place, routed_experts_int4_grouped_one_launch
@@ -51,6 +52,24 @@ def test_same_bits_as_two_launches_and_matches_reference(n, dtype, chunk, opts):
   np.testing.assert_array_equal(np.asarray(out.astype(jnp.float32)), np.asarray(two_launches.astype(jnp.float32)))
   np.testing.assert_array_equal(np.asarray(out[1].astype(jnp.float32)), 0.0)
   assert rel_err(out, reference_f32(x, ids, w, stored, 3)) < (1e-5 if dtype == jnp.float32 else 1e-2)
+
+
+def test_dispatch_runs_it_above_the_gemv_up_to_its_bound():
+  """routed_experts_int4 runs this kernel from GEMV_MAX_TOKENS + 1 to GROUPED_ONE_LAUNCH_MAX_TOKENS tokens (at the
+  first, against the reference), the grouped kernels' two launches above, the gemv at GEMV_MAX_TOKENS."""
+  n = GEMV_MAX_TOKENS + 1
+  x, ids, w, experts = make_inputs(81, n, 4, 12, 6, 256, 256, jnp.float32)
+  f = jax.jit(lambda off: routed_experts_int4(x, ids, w, *experts, expert_offset=off, impl="pallas_interpret"))
+  assert "moe_int4_grouped_one_launch" in str(jax.make_jaxpr(f)(jnp.int32(3)))
+  assert rel_err(f(jnp.int32(3)), reference_f32(x, ids, w, experts, 3)) < 1e-5
+
+  def kernels_at(m):
+    jaxpr = str(jax.make_jaxpr(lambda: routed_experts_int4(
+        x[:1].repeat(m, 0), ids[:1].repeat(m, 0), w[:1].repeat(m, 0), *experts, impl="pallas_interpret"))())
+    return {k for k in ("moe_int4_grouped_one_launch", "moe_int4_gate_up", "moe_int4_gemv") if k in jaxpr}
+  assert kernels_at(GROUPED_ONE_LAUNCH_MAX_TOKENS) == {"moe_int4_grouped_one_launch"}
+  assert kernels_at(GROUPED_ONE_LAUNCH_MAX_TOKENS + 1) == {"moe_int4_gate_up"}
+  assert "moe_int4_grouped_one_launch" not in kernels_at(GEMV_MAX_TOKENS)
 
 
 def test_rejects_bad_options_naming_itself():

@@ -23,8 +23,10 @@ _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 # 0.098-0.099, 8 tokens 0.119-0.121 vs 0.104-0.105 (calls 3-4), so the bound is still 6. Fifteenth round (call 4),
 # the gemv with 4 warps and unrolled pairs at 8 tokens: 0.111 vs the grouped 0.105, so still 6. Twenty-seventh round
 # (H100, k-chunked): both of the gemv's parts in one launch (pallas_gemv_pipelined.py) at 8 tokens 100.6 us against
-# the grouped 107.6, so 8.
-GEMV_MAX_TOKENS = 8
+# the grouped 107.6, so 8. Twenty-ninth round (H100, k-chunked): the grouped kernels in one launch
+# (pallas_triton_pipelined.py) at 8 tokens 96.2 / 96.4 us against the one-launch gemv's 99.1 / 100.2, at 6 tokens 83.1
+# against 82.4, so 6.
+GEMV_MAX_TOKENS = 6
 # From this many tokens up to GEMV_MAX_TOKENS the gemv's two parts run in one launch (pallas_gemv_pipelined.py).
 # H100, k-chunked (issue 6 twenty-seventh round), one launch against two: 4 tokens 57.6 vs 59.6 us, 6 tokens
 # 79.4-79.8 vs 81.9-83.7; 2 tokens 35.7 vs 35.1 and 1 token 35.0 vs 20.7, so two launches below 4. Twenty-eighth
@@ -32,6 +34,13 @@ GEMV_MAX_TOKENS = 8
 # two runs disagree), against pallas_gemv's new default below, so still 4. Below it pallas_gemv's defaults skip XLA's
 # pair compaction at 2-3 tokens (pallas_gemv.default_uncompacted_pairs).
 ONE_LAUNCH_MIN_TOKENS = 4
+# Above GEMV_MAX_TOKENS and up to this many tokens the grouped kernels' two parts run in one launch
+# (pallas_triton_pipelined.py); above it the two launches of pallas_triton.py. H100, k-chunked 256, us per call
+# (issue 6 twenty-ninth round), one launch against two: 10 tokens 107.5 / 107.4 vs 116.2 / 116.5; 12: 119.1 / 118.4 vs
+# 132.9 / 133.2; 16: 155.8 / 156.5 vs 158.2 / 157.5; 24: 201.6 vs 247.7; 32: 227.3 / 228.9 vs 263.7 / 262.5; 48:
+# 305.5 vs 323.6; 64: 349.2 vs 393.4; 128: 438.6 vs 451.0; 512: 489.2 vs 515.8; then ties: 1024: 591.1 vs 592.1,
+# 2048: 1108.3 vs 1109.0, 4096: 1822.0 vs 1810.8.
+GROUPED_ONE_LAUNCH_MAX_TOKENS = 512
 # The k-chunk size of the layout the model gives the kernels on a GPU (k_chunks.py; ddtree_jax/model/experts.py
 # use_k_chunks): the grouped kernels' K step, so that each of their tiles is one contiguous block. H200, issue 6
 # tenth round: block_n 128 on chunk 256 runs 16-512 tokens at 0.90-1.03 of the roofline; chunk 512 or 1024 under
@@ -44,8 +53,8 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
   """See reference.py for shapes. Words and scales may be in the stored layout or k-chunked (k_chunks.py).
 
   impl: "auto" (the Pallas Triton kernels on GPU backends for supported shapes, else the XLA reference;
-  pallas_gemv for up to GEMV_MAX_TOKENS tokens, in one launch (pallas_gemv_pipelined) from ONE_LAUNCH_MIN_TOKENS,
-  grouped above),
+  pallas_gemv for up to GEMV_MAX_TOKENS tokens, in one launch (pallas_gemv_pipelined) from ONE_LAUNCH_MIN_TOKENS;
+  the grouped kernels above, in one launch (pallas_triton_pipelined) up to GROUPED_ONE_LAUNCH_MAX_TOKENS),
   "xla", "pallas" (GPU), "pallas_interpret" (the kernel under the Pallas interpreter, for CPU tests).
   """
   if impl not in _IMPLS:
@@ -78,6 +87,9 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
       from custom_calls.moe_int4.pallas_gemv_pipelined import routed_experts_int4_gemv_pipelined
       return routed_experts_int4_gemv_pipelined(*args, expert_offset, group_size=group_size, interpret=interpret)
     return pallas_gemv.routed_experts_int4_gemv(*args, expert_offset, group_size=group_size, interpret=interpret)
+  if x.shape[0] <= GROUPED_ONE_LAUNCH_MAX_TOKENS:
+    from custom_calls.moe_int4.pallas_triton_pipelined import routed_experts_int4_grouped_one_launch
+    return routed_experts_int4_grouped_one_launch(*args, expert_offset, group_size=group_size, interpret=interpret)
   return pallas_triton.routed_experts_int4_pallas(*args, expert_offset, group_size=group_size, interpret=interpret)
 
 

@@ -334,9 +334,9 @@ def ragged_bf16_moe(x, ids, w, wg, wu, wd, *, e):
 
 
 MOE_KERNELS = {"gemv": routed_experts_int4_gemv,
-               "gemv_pipelined": routed_experts_int4_gemv_pipelined,   # both parts in one launch; dispatched at 4-8 tokens
+               "gemv_pipelined": routed_experts_int4_gemv_pipelined,   # both parts in one launch; dispatched at 4-6 tokens
                "grouped": routed_experts_int4_pallas,
-               "grouped_one_launch": routed_experts_int4_grouped_one_launch,   # both parts in one launch; not dispatched
+               "grouped_one_launch": routed_experts_int4_grouped_one_launch,   # dispatched at 7-512 tokens
                "mosaic": routed_experts_int4_mosaic}     # tensor cores, <= 16 tokens; its own layout; not dispatched
 
 

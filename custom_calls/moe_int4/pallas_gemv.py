@@ -353,9 +353,9 @@ def default_gemv_blocks(num_tokens):
   """(block_n gate/up, block_n down, block_k, num_warps, num_stages, sort_pairs, rows_per_run, pair_splits,
   prefetch, unroll_pairs) for the K2.6 shard (D 7168, I 2048): at least ~4 programs per SM at one token
   (2048 / 4 = 512 gate/up tiles).
-  Above GEMV_MAX_TOKENS (8) the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms,
-  grouped 0.61). From ONE_LAUNCH_MIN_TOKENS (4) these blocks run in one launch (pallas_gemv_pipelined.py; at 8 tokens
-  100.6 us against the grouped 107.6, H100, issue 6 twenty-seventh round)."""
+  Above GEMV_MAX_TOKENS (6) the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms,
+  grouped 0.61; at 7-8 tokens the grouped kernels in one launch tie or beat these blocks in one launch, H100, issue 6
+  twenty-ninth round). From ONE_LAUNCH_MIN_TOKENS (4) these blocks run in one launch (pallas_gemv_pipelined.py)."""
   if num_tokens <= 8:
     # H200, k-chunked experts, us (benchmarks/RESULTS.md, issue 6 fifteenth round, calls 3-4): 4 warps with the
     # pairs unrolled against the former 8 warps looped, 1 / 2 / 4 / 6 tokens: 21.1 / 35.6 / 61.8 / 88.8 against

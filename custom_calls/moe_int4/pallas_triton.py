@@ -22,6 +22,9 @@ Programs of row blocks past the used ones return at once.
 
 Memory-bound at small token counts (each hit expert's INT4 weights are read once per row block);
 tensor-core bound at thousands of rows (raise block_m).
+
+The dispatch (custom_calls/moe_int4/__init__.py) runs steps 2 and 3 as one launch (pallas_triton_pipelined.py, the
+same tile code: gate_up_block, down_block) up to GROUPED_ONE_LAUNCH_MAX_TOKENS tokens, these two kernels above.
 """
 from __future__ import annotations
 

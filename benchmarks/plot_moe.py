@@ -41,14 +41,15 @@ def _series(rows, pick):
   return [m for m, _ in pts], [t for _, t in pts]
 
 
-def _dispatched(paths, k_chunk=None):
+def _dispatched(paths, k_chunk=None, kernel="default"):
   """Rows of the `default` (dispatched) config from the runs in `paths`, the first run that has M winning; each
   row's time_s / frac_roofline are the default config's (not the best of its sweep). k_chunk: the default config
-  timed on the expert arrays k-chunked that way (kernels.py's `k_chunk` key); None: on the stored layout."""
+  timed on the expert arrays k-chunked that way (kernels.py's `k_chunk` key); None: on the stored layout.
+  kernel: another config's "kernel" instead of "default" (a kernel the dispatch runs after the run was made)."""
   rows = {}
   for path in paths:
     for r in _rows(path):
-      t = next((c["time_s"] for c in r.get("configs", []) if c["cfg"].get("kernel") == "default" and "time_s" in c
+      t = next((c["time_s"] for c in r.get("configs", []) if c["cfg"].get("kernel") == kernel and "time_s" in c
                 and c["cfg"].get("k_chunk") == k_chunk), None)
       if t is not None and r["M"] not in rows:
         rows[r["M"]] = {**r, "time_s": t, "frac_roofline": r["roofline_s"] / t}
@@ -56,15 +57,17 @@ def _dispatched(paths, k_chunk=None):
 
 
 def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None, *, k_chunk=None, earlier_k_chunk=None,
-               earlier_label=None):
+               earlier_label=None, final_kernel="default", earlier_kernel="default", final_label=None, device="H200"):
   """matplotlib Figure of the dispatched kernels (`final_jsons`: a path or a list of paths; their default configs
   on arrays k-chunked by `k_chunk`, None: stored) against the rooflines, the float32-planes configs of the sweep
-  runs, an earlier dispatched run (its default configs at `earlier_k_chunk`) and the REFERENCE baselines."""
+  runs, an earlier dispatched run (its default configs at `earlier_k_chunk`; a path or a list of paths) and the
+  REFERENCE baselines. final_kernel / earlier_kernel: the configs' "kernel" to draw instead of "default"; device:
+  the GPU named in the title."""
   import matplotlib.pyplot as plt
 
   if isinstance(final_jsons, str):
     final_jsons = [final_jsons]
-  final = _dispatched(final_jsons, k_chunk)
+  final = _dispatched(final_jsons, k_chunk, final_kernel)
   with open(final_jsons[0]) as f:
     ceil = json.load(f)["roofline"]
   f32_best = {}
@@ -78,12 +81,13 @@ def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None, *, k_chunk=None, 
   m, t = _series(final, lambda r: r["time_s"] * 1e3)
   layout = f", experts k-chunked ({k_chunk})" if k_chunk else ""
   a1.plot(m, t, "tab:red", marker="o",
-          label=f"Pallas INT4, dispatched (few-token gemv, grouped above, as of the run){layout}")
+          label=(final_label or "Pallas INT4, dispatched (few-token gemv, grouped above, as of the run)") + layout)
   if earlier_json:
-    earlier = _dispatched([earlier_json], earlier_k_chunk)
+    earlier = _dispatched([earlier_json] if isinstance(earlier_json, str) else earlier_json, earlier_k_chunk,
+                          earlier_kernel)
     em, et = _series(earlier, lambda r: r["time_s"] * 1e3)
     a1.plot(em, et, "tab:orange", marker=".", ls=":",
-            label=earlier_label or f"earlier run ({earlier_json.split('/')[-2]})")
+            label=earlier_label or "earlier run")
   if f32_best:
     fm = sorted(f32_best)
     a1.plot(fm, [f32_best[k] * 1e3 for k in fm], "tab:purple", marker="s", ls="--",
@@ -98,11 +102,11 @@ def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None, *, k_chunk=None, 
   a1.set_yscale("log")
   a1.set_xlabel("M: tokens on this GPU (one local expert each, of top-8)")
   a1.set_ylabel("ms per call")
-  a1.set_title("INT4 MoE on one H200: 48 local experts, D 7168, I 2048, group 32")
+  a1.set_title(f"INT4 MoE on one {device}: 48 local experts, D 7168, I 2048, group 32")
   a1.legend(fontsize=7)
   a1.grid(True, which="both", alpha=0.2)
 
-  a2.plot(m, [r["frac_roofline"] for r in final], "tab:red", marker="o", label="dispatched")
+  a2.plot(m, [r["frac_roofline"] for r in final], "tab:red", marker="o", label=final_label or "dispatched")
   if earlier_json:
     a2.plot(em, [r["frac_roofline"] for r in earlier], "tab:orange", marker=".", ls=":",
             label=earlier_label or "earlier run")
@@ -111,7 +115,7 @@ def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None, *, k_chunk=None, 
             marker="s", ls="--", label="float32 planes (before)")
   a2.hlines(0.75, 1, 64, colors="tab:green", linestyles="--", label="target: 0.75 at 1-64 tokens")
   a2.set_xscale("log", base=2)
-  a2.set_ylim(0, 1)
+  a2.set_ylim(0, max([1.0] + [1.05 * r["frac_roofline"] for r in final]))   # (a pure read can outrun the copy)
   a2.set_xlabel("M")
   a2.set_ylabel("roofline / time")
   a2.set_title("fraction of the roofline (the larger of memory and compute)")
@@ -125,7 +129,12 @@ def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--final", required=True, help="comma-separated kernels.json files with `default` configs")
   ap.add_argument("--sweeps", default="", help="comma-separated kernels.json files with exact_bf16=False configs")
-  ap.add_argument("--earlier", default="", help="kernels.json of an earlier dispatched run, drawn for comparison")
+  ap.add_argument("--earlier", default="", help="comma-separated kernels.json of an earlier dispatched run, drawn for "
+                  "comparison")
+  ap.add_argument("--final-kernel", default="default", help="--final's configs of this \"kernel\" (default: the dispatch)")
+  ap.add_argument("--earlier-kernel", default="default", help="--earlier's configs of this \"kernel\"")
+  ap.add_argument("--final-label", default=None, help="legend label of --final")
+  ap.add_argument("--device", default="H200", help="the GPU the runs were on, for the title")
   ap.add_argument("--k-chunk", type=int, default=None, help="--final's default configs on arrays k-chunked so")
   ap.add_argument("--earlier-k-chunk", type=int, default=None, help="--earlier's default configs at this k-chunk")
   ap.add_argument("--earlier-label", default=None, help="legend label of --earlier")
@@ -133,8 +142,10 @@ def main():
   a = ap.parse_args()
   import matplotlib
   matplotlib.use("Agg")
-  fig = moe_figure([p for p in a.final.split(",") if p], [p for p in a.sweeps.split(",") if p], a.earlier or None,
-                   k_chunk=a.k_chunk, earlier_k_chunk=a.earlier_k_chunk, earlier_label=a.earlier_label)
+  fig = moe_figure([p for p in a.final.split(",") if p], [p for p in a.sweeps.split(",") if p],
+                   [p for p in a.earlier.split(",") if p] or None, k_chunk=a.k_chunk, earlier_k_chunk=a.earlier_k_chunk,
+                   earlier_label=a.earlier_label, final_kernel=a.final_kernel, earlier_kernel=a.earlier_kernel,
+                   final_label=a.final_label, device=a.device)
   fig.savefig(a.out, dpi=110, bbox_inches="tight")
   print(f"wrote {a.out}")
 

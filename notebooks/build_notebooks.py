@@ -288,6 +288,16 @@ for r in _dispatched(runs, k_chunk=256):
     print(f"M={r['M']:5d}: {r['time_s'] * 1e3:.3f} ms = {r['frac_roofline']:.0%} of the roofline, "
           f"{r['bytes'] / r['time_s'] / 1e12:.2f} TB/s of INT4 weights")'''),
     new_markdown_cell("""\
+Round 29, on an H100 (no H200 could be started): the grouped kernels' two launches as one grid
+(`custom_calls/moe_int4/pallas_triton_pipelined.py`), which the dispatch runs at 7-512 tokens, against the round-28
+dispatch in the same runs (dotted)."""),
+    new_code_cell('''\
+r29 = [os.path.join(results, "issue6_r29", f"call{c}", "t", "kernels.json") for c in (2, 3, 4, 5)]
+fig = moe_figure(r29, (), r29, k_chunk=256, earlier_k_chunk=256, final_kernel="grouped_one_launch",
+                 final_label="grouped kernels in one launch", earlier_label="round-28 dispatch, same runs",
+                 device="H100 (round 29)")
+show(fig, "kernels_moe_r29.png")'''),
+    new_markdown_cell("""\
 ## Tree build and walk
 These move a few KB and are latency-bound; the figure of merit is the time they add to a round."""),
     new_code_cell('''\

@@ -86,6 +86,12 @@ def test_moe_kernels_lower_for_h200(kernel):
   assert lower_for_h200(MOE_KERNELS[kernel], *moe_args(4)) == modules
 
 
+def test_moe_grouped_one_launch_lowers_at_its_dispatched_token_counts():
+  """One module at 7 tokens (32-wide tiles on the stored layout) and at 64 (128-wide tiles, more row blocks)."""
+  fn = lambda *a: routed_experts_int4_grouped_one_launch(*a, 0)
+  assert lower_for_h200(fn, *moe_args(7)) == 1 and lower_for_h200(fn, *moe_args(64)) == 1
+
+
 def test_moe_gemv_down_kernel_options_reach_its_launch():
   """block_k_down sets the down kernel's word tiles ([4, 64] words at K steps of 512, [4, 16] at 128: its 8 rows as
   two 4-row tiles, default_down_row_splits) and num_warps_down its launch; the gate/up kernel keeps block_k and

@@ -103,7 +103,7 @@ def test_dispatch_reads_k_chunks():
   np.testing.assert_array_equal(np.asarray(routed_experts_int4(x, ids, w, *ck, expert_offset=1)), np.asarray(ref))
   out = routed_experts_int4(x, ids, w, *ck, expert_offset=1, impl="pallas_interpret")     # 3 tokens: the gemv
   assert rel_err(out, ref) < 1e-5
-  # 9 tokens: the grouped kernel with its k-chunk defaults (block_k = the chunk, 128 here)
+  # 9 tokens: the grouped kernels (in one launch) with their k-chunk defaults (block_k = the chunk, 128 here)
   x, ids, w, experts = make_inputs(10, 9, 4, 12, 6, 512, 256, jnp.float32)
   out = routed_experts_int4(x, ids, w, *experts_to_k_chunks(experts, 128), expert_offset=1, impl="pallas_interpret")
   assert rel_err(out, routed_experts_int4(x, ids, w, *experts, expert_offset=1, impl="xla")) < 1e-5

@@ -24,8 +24,8 @@ _IMPLS = ("auto", "xla", "pallas", "pallas_interpret")
 # the gemv with 4 warps and unrolled pairs at 8 tokens: 0.111 vs the grouped 0.105, so still 6. Twenty-seventh round
 # (H100, k-chunked): both of the gemv's parts in one launch (pallas_gemv_pipelined.py) at 8 tokens 100.6 us against
 # the grouped 107.6, so 8. Twenty-ninth round (H100, k-chunked): the grouped kernels in one launch
-# (pallas_triton_pipelined.py) at 8 tokens 96.2 / 96.4 us against the one-launch gemv's 99.1 / 100.2, at 6 tokens 83.1
-# against 82.4, so 6.
+# (pallas_triton_pipelined.py) at 8 tokens 96.2 / 96.4 us against the one-launch gemv's 99.1 / 100.2, at 7 tokens 86.8
+# against 87.7, at 6 tokens 83.1 against 82.4, so 6.
 GEMV_MAX_TOKENS = 6
 # From this many tokens up to GEMV_MAX_TOKENS the gemv's two parts run in one launch (pallas_gemv_pipelined.py).
 # H100, k-chunked (issue 6 twenty-seventh round), one launch against two: 4 tokens 57.6 vs 59.6 us, 6 tokens
@@ -54,7 +54,8 @@ def routed_experts_int4(x, expert_ids, expert_weights, gate_packed, gate_scale, 
 
   impl: "auto" (the Pallas Triton kernels on GPU backends for supported shapes, else the XLA reference;
   pallas_gemv for up to GEMV_MAX_TOKENS tokens, in one launch (pallas_gemv_pipelined) from ONE_LAUNCH_MIN_TOKENS;
-  the grouped kernels above, in one launch (pallas_triton_pipelined) up to GROUPED_ONE_LAUNCH_MAX_TOKENS),
+  the grouped kernels above, in one launch (pallas_triton_pipelined) up to GROUPED_ONE_LAUNCH_MAX_TOKENS, also at
+  fewer tokens where pallas_gemv does not take the shapes),
   "xla", "pallas" (GPU), "pallas_interpret" (the kernel under the Pallas interpreter, for CPU tests).
   """
   if impl not in _IMPLS:

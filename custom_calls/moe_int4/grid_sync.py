@@ -6,8 +6,11 @@ the grid (or take its place from a ticket): CUDA starts a grid's programs in ind
 producers have started and, waiting on nothing, finish. A wait that gives up after SPIN_LIMIT polls returns False,
 and the caller poisons its output with NaN, so that a broken schedule fails a check instead of hanging the GPU.
 
-The counters are int32 words of a small array that XLA makes fresh for each call (a constant that the kernel
-updates in place, as an aliased output: XLA's copy insertion gives each call its own copy), so no zero-fill runs.
+The counters are int32 words of a small array that XLA makes fresh for each call, so no zero-fill runs: a fusion
+when the array holds a traced value (pallas_gemv_pipelined's expert offset), otherwise a constant, which the kernel
+updates in place as an aliased output (XLA's copy insertion gives each call its own copy; the GPU tests call each
+kernel twice in one program to check it). The counters are never reset: a reused array would let every wait pass at
+once, so nothing may hand the kernels one.
 Interpreted (the CPU tests) programs run one after another in grid order: every wait is already met.
 """
 import jax.numpy as jnp

@@ -334,7 +334,7 @@ def ragged_bf16_moe(x, ids, w, wg, wu, wd, *, e):
 
 
 MOE_KERNELS = {"gemv": routed_experts_int4_gemv,
-               "gemv_pipelined": routed_experts_int4_gemv_pipelined,   # both parts in one launch; dispatched at 4-6 tokens
+               "gemv_pipelined": routed_experts_int4_gemv_pipelined,   # both parts in one launch; 4-6 tokens
                "grouped": routed_experts_int4_pallas,
                "grouped_one_launch": routed_experts_int4_grouped_one_launch,   # dispatched at 7-512 tokens
                "mosaic": routed_experts_int4_mosaic}     # tensor cores, <= 16 tokens; its own layout; not dispatched
@@ -607,7 +607,8 @@ def main():
                        'keyword arguments)')
   ap.add_argument("--moe-configs", default="",
                   help='MoE: a JSON list of configs timed at every row count after the dispatch, e.g. '
-                       '\'[{"kernel": "gemv", "block_k": 512}]\' ("kernel": gemv, gemv_pipelined, grouped, grouped_one_launch or mosaic, and its keyword '
+                       '\'[{"kernel": "gemv", "block_k": 512}]\' ("kernel": gemv, gemv_pipelined, grouped, '
+                       'grouped_one_launch or mosaic, and its keyword '
                        'arguments)')
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")

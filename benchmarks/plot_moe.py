@@ -131,7 +131,8 @@ def main():
   ap.add_argument("--sweeps", default="", help="comma-separated kernels.json files with exact_bf16=False configs")
   ap.add_argument("--earlier", default="", help="comma-separated kernels.json of an earlier dispatched run, drawn for "
                   "comparison")
-  ap.add_argument("--final-kernel", default="default", help="--final's configs of this \"kernel\" (default: the dispatch)")
+  ap.add_argument("--final-kernel", default="default",
+                  help="--final's configs of this \"kernel\" (default: the dispatch)")
   ap.add_argument("--earlier-kernel", default="default", help="--earlier's configs of this \"kernel\"")
   ap.add_argument("--final-label", default=None, help="legend label of --final")
   ap.add_argument("--device", default="H200", help="the GPU the runs were on, for the title")

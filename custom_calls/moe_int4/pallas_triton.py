@@ -109,7 +109,7 @@ def gate_up_block(magic_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, u
   h: [P_pad, I] (planar: written in the planes layout, for the planar down kernel)."""
   d = x_ref.shape[1]
   e = bexp_ref[blk]
-  toks, tok_ok = block_tokens(tok_ref, blk, block_m, num_tokens)                 # [BM]
+  toks, tok_ok = block_tokens(tok_ref, blk, block_m, num_tokens)               # [BM]
   cols = jnp.arange(block_k, dtype=jnp.int32)
   n0 = jn * block_n
 
@@ -126,10 +126,10 @@ def gate_up_block(magic_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, u
 
   def body(kk, carry):
     acc_g, acc_u = carry
-    xb = load_token_columns(x_ref, toks, tok_ok, kk * block_k + cols)                 # [BM, BK]
+    xb = load_token_columns(x_ref, toks, tok_ok, kk * block_k + cols)               # [BM, BK]
     words = lambda ref: load_word_tile(ref, e, n0, block_n, kk * (block_k // 8), block_k // 8)
     scales = lambda ref: load_scale_tile(ref, e, n0, block_n, kk * (block_k // group_size), block_k // group_size)
-    wg = _dequant(words(gw_ref), scales(gs_ref), group_size, xb.dtype)        # [BN, BK]
+    wg = _dequant(words(gw_ref), scales(gs_ref), group_size, xb.dtype)              # [BN, BK]
     acc_g = dot_accumulate(acc_g, xb, wg, trans_b=True, precision=precision)
     wu = _dequant(words(uw_ref), scales(us_ref), group_size, xb.dtype)
     acc_u = dot_accumulate(acc_u, xb, wu, trans_b=True, precision=precision)
@@ -139,11 +139,11 @@ def gate_up_block(magic_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, u
   acc_g, acc_u = lax.fori_loop(0, d // block_k, body_planar if planar else body, (zeros, zeros))
   h = (acc_g * jax.nn.sigmoid(acc_g) * acc_u).astype(h_ref.dtype)
   if planar:                                   # the planes layout (pre-scaled, exact, unless exact_bf16)
-    cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
+    h_cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
     rows = blk * block_m + jnp.arange(block_m, dtype=jnp.int32)
     if not exact_bf16:
-      h = (h.astype(jnp.float32) * plane_scale(cols)[None, :]).astype(h_ref.dtype)
-    h_ref[rows[:, None], plane_columns(cols, h_ref.shape[1])[None, :]] = h
+      h = (h.astype(jnp.float32) * plane_scale(h_cols)[None, :]).astype(h_ref.dtype)
+    h_ref[rows[:, None], plane_columns(h_cols, h_ref.shape[1])[None, :]] = h
   else:
     h_ref[pl.ds(blk * block_m, block_m), pl.ds(n0, block_n)] = h
 
@@ -170,7 +170,7 @@ def down_block(magic_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, blk, jn, *, bl
                        group_size=group_size, precision=precision, exact_bf16=exact_bf16)
 
   def body(kk, acc):
-    hb = h_ref[pl.ds(blk * block_m, block_m), pl.ds(kk * block_k, block_k)]      # [BM, BK]
+    hb = h_ref[pl.ds(blk * block_m, block_m), pl.ds(kk * block_k, block_k)]        # [BM, BK]
     w = _dequant(load_word_tile(dw_ref, e, n0, block_n, kk * (block_k // 8), block_k // 8),
                  load_scale_tile(ds_ref, e, n0, block_n, kk * (block_k // group_size), block_k // group_size),
                  group_size, hb.dtype)

@@ -94,8 +94,8 @@ def routed_experts_int4_grouped_one_launch(x, expert_ids, expert_weights, gate_p
   g, dn = inter // o.block_n, d // o.block_n_down
   consts = jnp.concatenate([jnp.full((1,), MAGIC, jnp.int32), jnp.zeros((nb,), jnp.int32)])
   kernel = functools.partial(_one_launch_kernel, blocks=nb, gate_up_programs=g, down_programs=dn,
-                             gate_up_kw=gate_up_block_options(o, group_size, n), down_kw=down_block_options(o, group_size),
-                             interpret=interpret)
+                             gate_up_kw=gate_up_block_options(o, group_size, n),
+                             down_kw=down_block_options(o, group_size), interpret=interpret)
   _, y, _ = pl.pallas_call(
       kernel, grid=(nb * (g + dn),),
       out_shape=(jax.ShapeDtypeStruct((p_pad, inter), x.dtype), jax.ShapeDtypeStruct((p_pad, d), jnp.float32),

@@ -19,9 +19,16 @@ Dn = D/BND down tiles:
 - A down program only waits on programs placed before it in the grid; that relies on CUDA starting a grid's
   programs in index order (grid_sync.py). The counters are words of the constants array, which also holds
   nibbles.MAGIC: [MAGIC, counter of block 0 .. NB-1].
-- Both parts compile into one kernel with one num_warps / num_stages; its registers are the larger part's.
+- Both parts compile into one kernel with one num_warps / num_stages; its registers are the larger part's (96 at
+  10 tokens on k-chunked experts, no stack; the two kernels: 80 and 96).
 
-Numerics: the same as pallas_triton's two kernels (the same tile code in another program order), bit for bit.
+H100, k-chunked 256 experts, us per call against the two launches (benchmarks/RESULTS.md, issue 6 twenty-ninth
+round): 8 tokens 96.2-96.4 (against the one-launch gemv's 99.1-100.2), 10 tokens 107.4-107.5 against 116.2-116.5,
+24: 201.6 against 247.7, 32: 227.3-228.9 against 262.5-263.7, 64: 349.2 against 393.4, 512: 489.2 against 515.8;
+ties from 1024 tokens (compute-bound) and with the one-launch gemv at 6-7 tokens.
+
+Numerics: the same as pallas_triton's two kernels (the same tile code in another program order), bit for bit under
+the Pallas interpreter (tests/test_moe_grouped_one_launch.py); on the GPU checked against the XLA reference.
 """
 from __future__ import annotations
 

@@ -67,6 +67,8 @@ def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None, *, k_chunk=None, 
 
   if isinstance(final_jsons, str):
     final_jsons = [final_jsons]
+  if isinstance(earlier_json, str):
+    earlier_json = [earlier_json]
   final = _dispatched(final_jsons, k_chunk, final_kernel)
   with open(final_jsons[0]) as f:
     ceil = json.load(f)["roofline"]
@@ -83,11 +85,10 @@ def moe_figure(final_jsons, sweep_jsons=(), earlier_json=None, *, k_chunk=None, 
   a1.plot(m, t, "tab:red", marker="o",
           label=(final_label or "Pallas INT4, dispatched (few-token gemv, grouped above, as of the run)") + layout)
   if earlier_json:
-    earlier = _dispatched([earlier_json] if isinstance(earlier_json, str) else earlier_json, earlier_k_chunk,
-                          earlier_kernel)
+    earlier = _dispatched(earlier_json, earlier_k_chunk, earlier_kernel)
     em, et = _series(earlier, lambda r: r["time_s"] * 1e3)
     a1.plot(em, et, "tab:orange", marker=".", ls=":",
-            label=earlier_label or "earlier run")
+            label=earlier_label or f"earlier run ({earlier_json[0].split('/')[-2]})")
   if f32_best:
     fm = sorted(f32_best)
     a1.plot(fm, [f32_best[k] * 1e3 for k in fm], "tab:purple", marker="s", ls="--",

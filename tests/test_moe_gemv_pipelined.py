@@ -96,12 +96,19 @@ def test_rejects_bad_options():
                                           (6, 256, dict(lag=1, ticket=True))])
 def test_gpu_kernel(n, chunk, opts):
   """Compiled at the K2.6 shard's shapes (the counters' waits really run; at lag 1 the down programs wait on
-  gate/up programs still running): against the XLA reference. Twice in one program with a literal offset, so that
-  the constants array the kernel updates in place is a compile-time constant: XLA must give each call its own copy
-  (with the ticket, a counter left over from the first call would send the second call's programs past the grid)."""
+  gate/up programs still running): against the XLA reference and, bit for bit, pallas_gemv's two launches. Twice in
+  one program with a literal offset, so that the constants array the kernel updates in place is a compile-time
+  constant: XLA must give each call its own copy (with the ticket, a counter left over from the first call would
+  send the second call's programs past the grid)."""
   x, ids, w, stored = k26_shard_inputs(100 + n, n)
   experts = experts_to_k_chunks(stored, chunk) if chunk else stored
   call = lambda xx: routed_experts_int4_gemv_pipelined(xx, ids, w, *experts, 0, **opts)
-  first, second = jax.jit(lambda xx: (call(xx), call(xx * 2)))(x)
+  two_launches = lambda xx: routed_experts_int4_gemv(xx, ids, w, *experts, 0)
+  first, second, first_two, second_two = jax.jit(
+      lambda xx: (call(xx), call(xx * 2), two_launches(xx), two_launches(xx * 2)))(x)
   assert rel_err(first, reference_f32(x, ids, w, stored, 0)) < 1e-2
   assert rel_err(second, reference_f32(x * 2, ids, w, stored, 0)) < 1e-2
+  # the same tile sums as pallas_gemv's two launches (token order): bit for bit, so that a down tile that read h
+  # before all of its gate/up tiles were stored (a race the 1e-2 norm above could miss) fails here
+  np.testing.assert_array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(first_two.astype(jnp.float32)))
+  np.testing.assert_array_equal(np.asarray(second.astype(jnp.float32)), np.asarray(second_two.astype(jnp.float32)))

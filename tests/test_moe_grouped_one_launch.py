@@ -82,13 +82,19 @@ def test_rejects_bad_options_naming_itself():
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
 @pytest.mark.parametrize("n,chunk", [(10, 256), (16, 256), (12, None)])
 def test_gpu_kernel(n, chunk):
-  """Compiled at the K2.6 shard's shapes (the counters' waits really run): against the XLA reference. Twice in one
-  program, so that the constants array the kernel updates in place is a compile-time constant: XLA must give each
-  call its own copy (a counter left over from the first call would let the second call's down programs read h
-  before it is written)."""
+  """Compiled at the K2.6 shard's shapes (the counters' waits really run): against the XLA reference and, bit for
+  bit, the two launches of pallas_triton.py. Twice in one program, so that the constants array the kernel updates
+  in place is a compile-time constant: XLA must give each call its own copy (a counter left over from the first
+  call would let the second call's down programs read h before it is written)."""
   x, ids, w, stored = k26_shard_inputs(200 + n, n)
   experts = experts_to_k_chunks(stored, chunk) if chunk else stored
   call = lambda xx: routed_experts_int4_grouped_one_launch(xx, ids, w, *experts, 0)
-  first, second = jax.jit(lambda xx: (call(xx), call(xx * 2)))(x)
+  two_launches = lambda xx: routed_experts_int4_pallas(xx, ids, w, *experts, 0)
+  first, second, first_two, second_two = jax.jit(
+      lambda xx: (call(xx), call(xx * 2), two_launches(xx), two_launches(xx * 2)))(x)
   assert rel_err(first, reference_f32(x, ids, w, stored, 0)) < 1e-2
   assert rel_err(second, reference_f32(x * 2, ids, w, stored, 0)) < 1e-2
+  # the same tile code as the two launches: bit for bit, so that a down tile that read h before all of its gate/up
+  # tiles were stored (a race the 1e-2 norm above could miss) fails here
+  np.testing.assert_array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(first_two.astype(jnp.float32)))
+  np.testing.assert_array_equal(np.asarray(second.astype(jnp.float32)), np.asarray(second_two.astype(jnp.float32)))

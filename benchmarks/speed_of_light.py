@@ -17,6 +17,9 @@ expert's gate, up and down words and scales; pallas_gemv's column tiles and K st
   read_1_spin  one launch with the dependence kept inside it: the down programs read their rows, then wait on
                a counter that every gate/up program increments when done, then read the first part's output
                (the "down weights load while gate/up runs" design; a wait that gives up writes NaN);
+  read_1_sleep the same, the wait polling with volatile loads and a nanosleep of SLEEP_NS between them
+               (grid_sync.counter_wait, sleep_ns) instead of back-to-back acquire-release atomics, each of which
+               also invalidates the waiting SM's L1 (CCTL.IVALL in the SASS);
   xla_read     XLA reductions over the hit experts' arrays (dynamic slices fused into the reductions; indexed
                through x, so that they stay on the harness's chain).
 MLA decode (1 x T=1 x H x ctx, the latent cache ckv [1, S, 512] + kpe [1, S, 64] bf16):
@@ -52,10 +55,12 @@ import kernels as kb   # noqa: E402  (the timing harness, rooflines and inputs o
 from custom_calls.mla_attention import mla_attention  # noqa: E402
 from custom_calls.mla_attention.pallas_triton import default_num_splits  # noqa: E402
 from custom_calls.mla_attention.split_combine import combine_partials  # noqa: E402
-from custom_calls.moe_int4 import routed_experts_int4  # noqa: E402
+from custom_calls.moe_int4 import grid_sync, routed_experts_int4  # noqa: E402
 from ddtree_jax.train.common import write_json  # noqa: E402
 
 SPIN_LIMIT = 1 << 18          # polls of the counter before read_1_spin gives up and writes NaN
+SLEEP_NS = 200                # read_1_sleep: the nanosleep between two polls
+MOE_VARIANTS = ("read_2", "read_1", "read_1_spin", "read_1_sleep")
 
 
 # ---------------------------------------------------------------------------------------------------- MoE
@@ -137,11 +142,15 @@ def _second_part(j, consts_ref, ids_ref, x_ref, h_ref, dw_ref, ds_ref, out_ref, 
     lax.fori_loop(0, tokens, lambda t, carry: (token(t), carry)[1], 0)
 
 
-def _counter_wait(sync_ref, programs, *, interpret):
+def _counter_wait(sync_ref, programs, *, interpret, sleep_ns=0):
   """Poll the counter (word 1) until `programs` arrivals; 0.0, or NaN when SPIN_LIMIT polls gave up.
+  sleep_ns 0: back-to-back atomic polls; > 0: grid_sync.counter_wait's volatile loads with a nanosleep between.
   Interpreted, the programs run one after another (every arrival is in) and a loop over an atomic cannot be
   discharged: one read of the counter."""
   read = lambda: plgpu.atomic_add(sync_ref, jnp.int32(1), jnp.int32(0))
+  if sleep_ns:
+    return grid_sync.poison_unless(grid_sync.counter_wait(sync_ref, jnp.int32(1), programs, interpret=interpret,
+                                                          sleep_ns=sleep_ns))
   if interpret:
     seen = read()
   else:
@@ -170,9 +179,10 @@ def moe_read(x, ids, gw, gs, uw, us, dw, ds, *, variant, cfg, interpret=False):
              out_shape=h_shape, name="sol_moe_first")(consts, flat, x, gw, gs, uw, us)
     return call(lambda c, i, xr, hr, a, b, o: second(pl.program_id(0), c, i, xr, hr, a, b, o), grid=(g2,),
                 out_shape=out_shape, name="sol_moe_second")(consts, flat, x, h, dw, ds)
-  if variant not in ("read_1", "read_1_spin"):
+  if variant not in ("read_1", "read_1_spin", "read_1_sleep"):
     raise ValueError(f"moe_read: unknown variant {variant!r}")
-  spin = variant == "read_1_spin"
+  spin = variant in ("read_1_spin", "read_1_sleep")
+  sleep_ns = SLEEP_NS if variant == "read_1_sleep" else 0
 
   def fused(c, i, xr, a, b, u, v, dwr, dsr, hr, o, sync):
     pid = pl.program_id(0)
@@ -188,7 +198,8 @@ def moe_read(x, ids, gw, gs, uw, us, dw, ds, *, variant, cfg, interpret=False):
     @pl.when(pid >= g1)
     def _():
       second(pid - g1, c, i, xr, hr if spin else None, dwr, dsr, o,
-             wait=functools.partial(_counter_wait, sync, g1, interpret=interpret) if spin else None)
+             wait=(functools.partial(_counter_wait, sync, g1, interpret=interpret, sleep_ns=sleep_ns) if spin
+                   else None))
 
   _, out, _ = call(fused, grid=(g1 + g2,), out_shape=(h_shape, out_shape, jax.ShapeDtypeStruct((2,), jnp.int32)),
                    input_output_aliases={0: 2}, name=f"sol_moe_{variant}")(consts, flat, x, gw, gs, uw, us, dw, ds)
@@ -239,7 +250,7 @@ def moe_shape(smoke):
 
 
 def bench_moe(tokens, smoke, rows, flush, every_config=True, num_configs=0,
-              variants=("read_2", "read_1", "read_1_spin")):
+              variants=MOE_VARIANTS):
   """Rows of the MoE at these token counts (every_config: every read config at the first count; otherwise, and
   after it, the first config only: each pair visited is straight-line code, so the compile grows with the
   tokens)."""
@@ -402,7 +413,7 @@ def main(argv=None):
   ap.add_argument("--mla_ctx", default="8192,32768", help="contexts of the batch-1 decode rows ('' for none)")
   ap.add_argument("--mla_heads", type=int, default=8)
   ap.add_argument("--moe_configs", type=int, default=0, help="time only the first N read configs (0: all)")
-  ap.add_argument("--moe_variants", default="read_2,read_1,read_1_spin", help="the MoE read variants to time")
+  ap.add_argument("--moe_variants", default=",".join(MOE_VARIANTS), help="the MoE read variants to time")
   ap.add_argument("--out", default=None, help="JSON path (default $OUT/speed_of_light.json)")
   a = ap.parse_args(argv)
   if a.smoke:
@@ -416,8 +427,8 @@ def main(argv=None):
   flush = lambda: write_json(out, doc)                 # after every row: a run cut short keeps what it timed
   moe_tokens = [1, 2] if a.smoke else ints(a.moe_tokens)
   variants = tuple(v for v in a.moe_variants.split(",") if v)
-  if set(variants) - {"read_2", "read_1", "read_1_spin"}:
-    raise SystemExit(f"--moe_variants {a.moe_variants!r}: expected names among read_2, read_1, read_1_spin")
+  if set(variants) - set(MOE_VARIANTS):
+    raise SystemExit(f"--moe_variants {a.moe_variants!r}: expected names among {', '.join(MOE_VARIANTS)}")
   # the first token count, then the decode rows, then the other token counts (most telling first)
   bench_moe(moe_tokens[:1], a.smoke, rows, flush, num_configs=a.moe_configs, variants=variants)
   bench_mla([1024] if a.smoke else ints(a.mla_ctx), a.mla_heads, a.smoke, rows, flush)

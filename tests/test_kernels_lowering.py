@@ -92,6 +92,25 @@ def test_moe_grouped_one_launch_lowers_at_its_dispatched_token_counts():
   assert lower_for_h200(fn, *moe_args(7)) == 1 and lower_for_h200(fn, *moe_args(64)) == 1
 
 
+@pytest.mark.parametrize("kernel", ["gemv_pipelined", "grouped_one_launch"])
+def test_one_launch_wait_with_sleep_polls_volatile_loads_after_a_nanosleep(kernel):
+  """wait_sleep_ns > 0 (grid_sync.counter_wait): the waiting loop is kept (its result is used), each poll is a
+  nanosleep then a volatile load, and one acquiring atomic follows; 0 keeps the atomic polls and no sleep."""
+  run = {"gemv_pipelined": lambda *a, **kw: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, **kw),
+         "grouped_one_launch": lambda *a, **kw: routed_experts_int4_grouped_one_launch(*a, 0, **kw)}[kernel]
+
+  def lowered(**kw):
+    modules = []
+    lower_for_abstract_gpu(lambda *a: run(*a, **kw), *moe_args(4),
+                           on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
+    [module] = modules
+    return module
+  slept, atomic_polls = lowered(wait_sleep_ns=300), lowered()
+  assert "nanosleep.u32 300;" in slept and "scf.while" in slept
+  assert "tt.load" in slept.split("scf.while", 1)[1] and "isVolatile = true" in slept
+  assert "nanosleep" not in atomic_polls and "scf.while" in atomic_polls and "isVolatile = true" not in atomic_polls
+
+
 def test_moe_gemv_down_kernel_options_reach_its_launch():
   """block_k_down sets the down kernel's word tiles ([4, 64] words at K steps of 512, [4, 16] at 128: its 8 rows as
   two 4-row tiles, default_down_row_splits) and num_warps_down its launch; the gate/up kernel keeps block_k and

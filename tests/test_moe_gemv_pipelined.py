@@ -88,12 +88,16 @@ def test_rejects_bad_options():
     run(prefetch=3)
   with pytest.raises(ValueError, match="block_n 3 must divide I = 256"):
     run(block_n=3)
+  for bad in (-1, 2.5, True, 2_000_000):
+    with pytest.raises(ValueError, match=f"routed_experts_int4_gemv_pipelined: wait_sleep_ns {bad!r} must be an int"):
+      run(wait_sleep_ns=bad)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
 @pytest.mark.parametrize("n,chunk,opts", [(4, 256, {}), (8, 256, {}), (6, None, {}), (6, 256, dict(lag=1)),
-                                          (6, 256, dict(lag=1, ticket=True))])
+                                          (6, 256, dict(lag=1, ticket=True)), (1, 256, dict(wait_sleep_ns=200)),
+                                          (6, 256, dict(wait_sleep_ns=200)), (3, 256, dict(wait_sleep_ns=1000))])
 def test_gpu_kernel(n, chunk, opts):
   """Compiled at the K2.6 shard's shapes (the counters' waits really run; at lag 1 the down programs wait on
   gate/up programs still running): against the XLA reference and, bit for bit, pallas_gemv's two launches. Twice in

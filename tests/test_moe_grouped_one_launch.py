@@ -76,19 +76,31 @@ def test_rejects_bad_options_naming_itself():
   x, ids, w, experts = make_inputs(3, 2, 2, 4, 4, 256, 256, jnp.float32)
   with pytest.raises(ValueError, match="routed_experts_int4_grouped_one_launch: I = 256 is not a multiple of block 96"):
     routed_experts_int4_grouped_one_launch(x, ids, w, *experts, 0, interpret=True, block_k=128, block_n=96)
+  for bad in (-1, 2.5, True, 2_000_000):
+    with pytest.raises(ValueError, match=f"routed_experts_int4_grouped_one_launch: wait_sleep_ns {bad!r} must be an"):
+      routed_experts_int4_grouped_one_launch(x, ids, w, *experts, 0, interpret=True, block_k=128, wait_sleep_ns=bad)
+
+
+def test_sleeping_wait_gives_the_same_bits_interpreted():
+  """wait_sleep_ns only changes how a down program polls on a GPU; interpreted (grid order, every wait met) the
+  result is the same bits."""
+  x, ids, w, experts = make_inputs(5, 8, 4, 12, 6, 256, 256, jnp.float32)
+  run = lambda **kw: routed_experts_int4_grouped_one_launch(x, ids, w, *experts, 3, interpret=True, block_k=128, **kw)
+  np.testing.assert_array_equal(np.asarray(run(wait_sleep_ns=500)), np.asarray(run()))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("n,chunk", [(10, 256), (16, 256), (12, None)])
-def test_gpu_kernel(n, chunk):
+@pytest.mark.parametrize("n,chunk,opts", [(10, 256, {}), (16, 256, {}), (12, None, {}),
+                                          (10, 256, dict(wait_sleep_ns=200)), (7, 256, dict(wait_sleep_ns=1000))])
+def test_gpu_kernel(n, chunk, opts):
   """Compiled at the K2.6 shard's shapes (the counters' waits really run): against the XLA reference and, bit for
   bit, the two launches of pallas_triton.py. Twice in one program, so that the constants array the kernel updates
   in place is a compile-time constant: XLA must give each call its own copy (a counter left over from the first
   call would let the second call's down programs read h before it is written)."""
   x, ids, w, stored = k26_shard_inputs(200 + n, n)
   experts = experts_to_k_chunks(stored, chunk) if chunk else stored
-  call = lambda xx: routed_experts_int4_grouped_one_launch(xx, ids, w, *experts, 0)
+  call = lambda xx: routed_experts_int4_grouped_one_launch(xx, ids, w, *experts, 0, **opts)
   two_launches = lambda xx: routed_experts_int4_pallas(xx, ids, w, *experts, 0)
   first, second, first_two, second_two = jax.jit(
       lambda xx: (call(xx), call(xx * 2), two_launches(xx), two_launches(xx * 2)))(x)

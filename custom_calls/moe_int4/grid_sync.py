@@ -13,6 +13,7 @@ kernel twice in one program to check it). The counters are never reset: a reused
 once, so nothing may hand the kernels one.
 Interpreted (the CPU tests) programs run one after another in grid order: every wait is already met.
 """
+import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental.pallas import triton as plgpu
@@ -28,14 +29,49 @@ def arrive(sync_ref, index, *, interpret):
   plgpu.atomic_add(sync_ref, index, jnp.int32(1))
 
 
-def counter_wait(sync_ref, index, target, *, interpret):
-  """Poll word `index` of sync_ref until it reaches target; True when it did (False: SPIN_LIMIT polls gave up)."""
+def counter_wait(sync_ref, index, target, *, interpret, sleep_ns=0):
+  """Poll word `index` of sync_ref until it reaches target; True when it did (False: SPIN_LIMIT polls gave up).
+
+  sleep_ns 0: each poll is an acquire-release atomic add of 0 (one thread's read-modify-write at the counter's L2
+  slice, back to back). sleep_ns > 0: each poll is a plain volatile load, after a `nanosleep` of about sleep_ns, and
+  one acquiring atomic once the count is seen (so that the loads after the wait see the producers' stores): a waiting
+  program then neither issues nor queues atomics at one L2 slice while the producers stream their weights."""
   read = lambda: plgpu.atomic_add(sync_ref, index, jnp.int32(0))
   if interpret:                 # programs run in grid order: every arrival is in (a polling loop cannot be discharged)
     return read() >= target
-  seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < SPIN_LIMIT), lambda s: (read(), s[1] + 1),
-                           (read(), jnp.int32(0)))
-  return seen >= target
+  if not sleep_ns:
+    seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < SPIN_LIMIT), lambda s: (read(), s[1] + 1),
+                             (read(), jnp.int32(0)))
+    return seen >= target
+
+  def poll(s):
+    _, polls = s
+    # the load's index depends on the sleep's result (0 added, which the compiler cannot see), so that the load is
+    # not issued before the sleep; and the sleep on the loop's count, so that it is not hoisted out of the loop
+    at = index + (_sleep_then(sleep_ns, polls) - polls)
+    return plgpu.load(sync_ref.at[at], volatile=True), polls + 1
+
+  seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < SPIN_LIMIT), poll,
+                           (plgpu.load(sync_ref.at[index], volatile=True), jnp.int32(0)))
+  # the acquiring read after the loop (its result is also used, so that the loop is not dropped as dead code)
+  return (seen >= target) & (read() >= target)
+
+
+def _sleep_then(ns, value):
+  """`nanosleep.u32 ns` (sm_70+; ns a Python int, an immediate), then the traced int32 scalar value unchanged: what
+  uses the result is ordered after the sleep (the asm is pure for the compiler, free to move or drop otherwise)."""
+  # on a [1] vector: the Pallas Triton lowering gives a scalar asm a 0-d tensor type that scalar code cannot mix with
+  [out] = plgpu.elementwise_inline_asm(f"nanosleep.u32 {int(ns)};\n\tmov.u32 $0, $1;",
+                                       args=[jnp.broadcast_to(value, (1,))], constraints="=r,r", pack=1,
+                                       result_shape_dtypes=[jax.ShapeDtypeStruct((1,), jnp.int32)])
+  return jnp.sum(out)
+
+
+def check_sleep_ns(where, sleep_ns):
+  """A counter_wait sleep_ns option: an int in [0, 1_000_000] (nanosleep's own limit is 1 ms)."""
+  if not (isinstance(sleep_ns, int) and not isinstance(sleep_ns, bool) and 0 <= sleep_ns <= 1_000_000):
+    raise ValueError(f"{where}: wait_sleep_ns {sleep_ns!r} must be an int in [0, 1000000] (0: back-to-back atomic "
+                     "polls; > 0: volatile loads with a nanosleep of about that many ns between them)")
 
 
 def poison_unless(ok):

@@ -48,7 +48,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from custom_calls.moe_int4.grid_sync import arrive, counter_wait, poison_unless
+from custom_calls.moe_int4.grid_sync import arrive, check_sleep_ns, counter_wait, poison_unless
 from custom_calls.moe_int4.k_chunks import logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes
 from custom_calls.moe_int4.pallas_gemv import (check_experts, down_token_rows, gate_up_rows, tile_blocks,
@@ -80,7 +80,7 @@ def program_place(q, *, tokens, gate_up_programs, down_programs, lag):
 def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, dw_ref, ds_ref,
                       hp_ref, out_ref, sync_ref, *, top_k, num_local, lag, ticket, block_n, block_n_down, block_k,
                       block_k_down, group_size, h_dtype, prefetch, unroll_pairs, nibble4_in_place, row_splits,
-                      interpret):
+                      wait_sleep_ns, interpret):
   """One program of the grid (module docstring). consts (aliased by sync): [2 + N + 1] i32; ids/wts: [P];
   xp: f32 [N, 8 * D/8] planes; gw/uw: int32 [E, I, D/8] (or k-chunked); hp: f32 [P, 8 * I/8] planes (rows of
   remote pairs unwritten); out: [N, D]."""
@@ -115,7 +115,7 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
 
   @pl.when(jnp.logical_not(gate_up))
   def _():
-    ok = counter_wait(sync_ref, _FIRST_COUNTER + t, g, interpret=interpret)
+    ok = counter_wait(sync_ref, _FIRST_COUNTER + t, g, interpret=interpret, sleep_ns=wait_sleep_ns)
     down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, j * block_n_down, t, top_k=top_k,
                     num_local=num_local, block_n=block_n_down, block_k=block_k_down, group_size=group_size,
                     prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=in_place_down,
@@ -124,19 +124,21 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "block_k_down",
                                              "num_warps", "num_stages", "prefetch", "unroll_pairs",
-                                             "nibble4_in_place", "down_row_splits", "lag", "ticket", "interpret"))
+                                             "nibble4_in_place", "down_row_splits", "lag", "ticket", "wait_sleep_ns",
+                                             "interpret"))
 def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                        down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                                        block_n_down=None, block_k=None, block_k_down=None, num_warps=None,
                                        num_stages=None, prefetch=None, unroll_pairs=True, nibble4_in_place=None,
-                                       down_row_splits=None, lag=None, ticket=False, interpret=False):
+                                       down_row_splits=None, lag=None, ticket=False, wait_sleep_ns=0,
+                                       interpret=False):
   """Same contract as reference.routed_experts_int4_reference (stored or k-chunked arrays, as pallas_gemv).
 
   Options as routed_experts_int4_gemv's (defaults from default_gemv_blocks(N) and friends); the pairs are visited
   token by token (no pair_splits, sort_pairs, rank_in_kernel or compaction). lag L >= 1: the down programs of token
   t follow the gate/up programs of token t + L (None, the default, or L >= N: every gate/up program first, the
   two launches' order in one launch). ticket: each program's place from an atomic counter (module docstring).
-  Returns [N, D] in x.dtype.
+  wait_sleep_ns: how a down program polls its token's counter (grid_sync.counter_wait). Returns [N, D] in x.dtype.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -154,6 +156,7 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   if not (isinstance(lag, int) and not isinstance(lag, bool) and lag >= 1):
     raise ValueError(f"{name}: lag {lag!r} must be an int >= 1 (token t's down programs follow token t + lag's "
                      "gate/up programs)")
+  check_sleep_ns(name, wait_sleep_ns)
   nibble4_in_place, down_row_splits, prefetch = tile_options(name, n, block_n_down, nibble4_in_place,
                                                              down_row_splits, prefetch)
   p = n * top_k
@@ -167,7 +170,7 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
       _pipelined_kernel, top_k=top_k, num_local=e, lag=lag, ticket=ticket, block_n=block_n,
       block_n_down=block_n_down, block_k=block_k, block_k_down=block_k_down, group_size=group_size, h_dtype=x.dtype,
       prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=nibble4_in_place, row_splits=down_row_splits,
-      interpret=interpret)
+      wait_sleep_ns=wait_sleep_ns, interpret=interpret)
   _, out, _ = pl.pallas_call(
       kernel, grid=(grid,),
       out_shape=(jax.ShapeDtypeStruct((p, inter), jnp.float32), jax.ShapeDtypeStruct((n, d), x.dtype),

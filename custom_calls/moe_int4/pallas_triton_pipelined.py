@@ -39,7 +39,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from custom_calls.moe_int4.grid_sync import arrive, counter_wait, poison_unless
+from custom_calls.moe_int4.grid_sync import arrive, check_sleep_ns, counter_wait, poison_unless
 from custom_calls.moe_int4.k_chunks import logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC
 from custom_calls.moe_int4.pallas_triton import (combine, down_block, down_block_options, gate_up_block,
@@ -60,7 +60,7 @@ def program_place(q, *, blocks, gate_up_programs, down_programs):
 
 def _one_launch_kernel(consts_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref, gs_ref, uw_ref, us_ref, dw_ref,
                        ds_ref, h_ref, y_ref, sync_ref, *, blocks, gate_up_programs, down_programs, gate_up_kw, down_kw,
-                       interpret):
+                       wait_sleep_ns, interpret):
   """One program of the grid (module docstring). consts (aliased by sync): [1 + NB] i32 (word 0 is MAGIC, which the
   tile code reads as magic_ref[0]); bvalid/bexp: [NB] i32; tok: [P_pad] i32; x: [N, D] (planar: planes layout);
   h: [P_pad, I] (written by the gate/up programs, read by the down programs); y: f32 [P_pad, D]."""
@@ -75,20 +75,22 @@ def _one_launch_kernel(consts_ref, bvalid_ref, bexp_ref, tok_ref, x_ref, gw_ref,
 
   @pl.when(jnp.logical_not(gate_up) & used)
   def _():
-    ok = counter_wait(sync_ref, _FIRST_COUNTER + blk, gate_up_programs, interpret=interpret)
+    ok = counter_wait(sync_ref, _FIRST_COUNTER + blk, gate_up_programs, interpret=interpret, sleep_ns=wait_sleep_ns)
     down_block(consts_ref, bexp_ref, h_ref, dw_ref, ds_ref, y_ref, blk, jn, poison=poison_unless(ok), **down_kw)
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_m", "block_n", "block_k", "num_warps",
                                              "num_stages", "block_n_down", "block_k_down", "planar", "exact_bf16",
-                                             "interpret"))
+                                             "wait_sleep_ns", "interpret"))
 def routed_experts_int4_grouped_one_launch(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed,
                                            up_scale, down_packed, down_scale, expert_offset=0, *, group_size=32,
                                            block_m=None, block_n=None, block_k=None, num_warps=None, num_stages=None,
                                            block_n_down=None, block_k_down=None, planar=None, exact_bf16=None,
-                                           interpret=False):
+                                           wait_sleep_ns=0, interpret=False):
   """Same contract and options as pallas_triton.routed_experts_int4_pallas (stored or k-chunked arrays), except
-  that one num_warps / num_stages applies to both parts (they are one kernel). Returns [N, D] in x.dtype."""
+  that one num_warps / num_stages applies to both parts (they are one kernel). wait_sleep_ns: how a down program
+  polls its counter (grid_sync.counter_wait). Returns [N, D] in x.dtype."""
+  check_sleep_ns("routed_experts_int4_grouped_one_launch", wait_sleep_ns)
   n, d = x.shape
   e, inter, _ = logical_shape(gate_packed)
   o = grouped_options("routed_experts_int4_grouped_one_launch", x, gate_packed, gate_scale, up_packed, up_scale,
@@ -102,7 +104,8 @@ def routed_experts_int4_grouped_one_launch(x, expert_ids, expert_weights, gate_p
   consts = jnp.concatenate([jnp.full((1,), MAGIC, jnp.int32), jnp.zeros((nb,), jnp.int32)])
   kernel = functools.partial(_one_launch_kernel, blocks=nb, gate_up_programs=g, down_programs=dn,
                              gate_up_kw=gate_up_block_options(o, group_size, n),
-                             down_kw=down_block_options(o, group_size), interpret=interpret)
+                             down_kw=down_block_options(o, group_size), wait_sleep_ns=wait_sleep_ns,
+                             interpret=interpret)
   _, y, _ = pl.pallas_call(
       kernel, grid=(nb * (g + dn),),
       out_shape=(jax.ShapeDtypeStruct((p_pad, inter), x.dtype), jax.ShapeDtypeStruct((p_pad, d), jnp.float32),

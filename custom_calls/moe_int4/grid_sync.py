@@ -12,6 +12,12 @@ updates in place as an aliased output (XLA's copy insertion gives each call its 
 kernel twice in one program to check it). The counters are never reset: a reused array would let every wait pass at
 once, so nothing may hand the kernels one.
 Interpreted (the CPU tests) programs run one after another in grid order: every wait is already met.
+
+Two ways to poll (counter_wait's sleep_ns; sm_90 SASS of each in benchmarks/RESULTS.md, issue 6 thirtieth round):
+- 0 (the kernels' default): back-to-back acquire-release atomic adds of 0. Each is MEMBAR.ALL.GPU, ATOMG, then
+  CCTL.IVALL, which invalidates the whole L1 of the waiting program's SM, where gate/up programs may be running;
+- > 0: a nanosleep, then a volatile load (LDG.E.STRONG.SYS: no fence, no L1 invalidation); once the count is seen,
+  one acquire-release atomic, so that the loads after the wait see the producers' stores.
 """
 import jax
 import jax.numpy as jnp

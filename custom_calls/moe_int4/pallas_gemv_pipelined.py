@@ -138,7 +138,8 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   token by token (no pair_splits, sort_pairs, rank_in_kernel or compaction). lag L >= 1: the down programs of token
   t follow the gate/up programs of token t + L (None, the default, or L >= N: every gate/up program first, the
   two launches' order in one launch). ticket: each program's place from an atomic counter (module docstring).
-  wait_sleep_ns: how a down program polls its token's counter (grid_sync.counter_wait). Returns [N, D] in x.dtype.
+  wait_sleep_ns: how a down program polls its token's counter (grid_sync.counter_wait; > 0 measured slower).
+  Returns [N, D] in x.dtype.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]

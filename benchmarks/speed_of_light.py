@@ -20,6 +20,7 @@ expert's gate, up and down words and scales; pallas_gemv's column tiles and K st
   read_1_sleep the same, the wait polling with volatile loads and a nanosleep of SLEEP_NS between them
                (grid_sync.counter_wait, sleep_ns) instead of back-to-back acquire-release atomics, each of which
                also invalidates the waiting SM's L1 (CCTL.IVALL in the SASS);
+  read_1_volatile  the same volatile polls back to back, with no sleep (what the polls alone cost);
   xla_read     XLA reductions over the hit experts' arrays (dynamic slices fused into the reductions; indexed
                through x, so that they stay on the harness's chain).
 MLA decode (1 x T=1 x H x ctx, the latent cache ckv [1, S, 512] + kpe [1, S, 64] bf16):
@@ -60,7 +61,7 @@ from ddtree_jax.train.common import write_json  # noqa: E402
 
 SPIN_LIMIT = 1 << 18          # polls of the counter before read_1_spin gives up and writes NaN
 SLEEP_NS = 200                # read_1_sleep: the nanosleep between two polls
-MOE_VARIANTS = ("read_2", "read_1", "read_1_spin", "read_1_sleep")
+MOE_VARIANTS = ("read_2", "read_1", "read_1_spin", "read_1_sleep", "read_1_volatile")
 
 
 # ---------------------------------------------------------------------------------------------------- MoE
@@ -142,15 +143,16 @@ def _second_part(j, consts_ref, ids_ref, x_ref, h_ref, dw_ref, ds_ref, out_ref, 
     lax.fori_loop(0, tokens, lambda t, carry: (token(t), carry)[1], 0)
 
 
-def _counter_wait(sync_ref, programs, *, interpret, sleep_ns=0):
+def _counter_wait(sync_ref, programs, *, interpret, poll="atomic", sleep_ns=0):
   """Poll the counter (word 1) until `programs` arrivals; 0.0, or NaN when SPIN_LIMIT polls gave up.
-  sleep_ns 0: back-to-back atomic polls; > 0: grid_sync.counter_wait's volatile loads with a nanosleep between.
+  poll "atomic": back-to-back atomic polls (this module's loop, as round 25 timed it); "volatile":
+  grid_sync.counter_wait's volatile loads, with a nanosleep of sleep_ns between them when sleep_ns > 0.
   Interpreted, the programs run one after another (every arrival is in) and a loop over an atomic cannot be
   discharged: one read of the counter."""
   read = lambda: plgpu.atomic_add(sync_ref, jnp.int32(1), jnp.int32(0))
-  if sleep_ns:
+  if poll == "volatile":
     return grid_sync.poison_unless(grid_sync.counter_wait(sync_ref, jnp.int32(1), programs, interpret=interpret,
-                                                          sleep_ns=sleep_ns))
+                                                          poll="volatile", sleep_ns=sleep_ns))
   if interpret:
     seen = read()
   else:
@@ -179,9 +181,10 @@ def moe_read(x, ids, gw, gs, uw, us, dw, ds, *, variant, cfg, interpret=False):
              out_shape=h_shape, name="sol_moe_first")(consts, flat, x, gw, gs, uw, us)
     return call(lambda c, i, xr, hr, a, b, o: second(pl.program_id(0), c, i, xr, hr, a, b, o), grid=(g2,),
                 out_shape=out_shape, name="sol_moe_second")(consts, flat, x, h, dw, ds)
-  if variant not in ("read_1", "read_1_spin", "read_1_sleep"):
+  if variant not in MOE_VARIANTS:
     raise ValueError(f"moe_read: unknown variant {variant!r}")
-  spin = variant in ("read_1_spin", "read_1_sleep")
+  spin = variant != "read_1"
+  poll = "volatile" if variant in ("read_1_sleep", "read_1_volatile") else "atomic"
   sleep_ns = SLEEP_NS if variant == "read_1_sleep" else 0
 
   def fused(c, i, xr, a, b, u, v, dwr, dsr, hr, o, sync):
@@ -198,7 +201,7 @@ def moe_read(x, ids, gw, gs, uw, us, dw, ds, *, variant, cfg, interpret=False):
     @pl.when(pid >= g1)
     def _():
       second(pid - g1, c, i, xr, hr if spin else None, dwr, dsr, o,
-             wait=(functools.partial(_counter_wait, sync, g1, interpret=interpret, sleep_ns=sleep_ns) if spin
+             wait=(functools.partial(_counter_wait, sync, g1, interpret=interpret, poll=poll, sleep_ns=sleep_ns) if spin
                    else None))
 
   _, out, _ = call(fused, grid=(g1 + g2,), out_shape=(h_shape, out_shape, jax.ShapeDtypeStruct((2,), jnp.int32)),

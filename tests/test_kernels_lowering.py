@@ -111,6 +111,35 @@ def test_one_launch_wait_with_sleep_polls_volatile_loads_after_a_nanosleep(kerne
   assert "nanosleep" not in atomic_polls and "scf.while" in atomic_polls and "isVolatile = true" not in atomic_polls
 
 
+@pytest.mark.parametrize("poll,sleep_ns", [("volatile", 0), ("volatile", 100), ("atomic", 0)])
+def test_grid_sync_wait_lowers_each_way_to_poll(poll, sleep_ns):
+  """grid_sync.counter_wait in a one-program kernel: volatile polls (with or without a nanosleep between them) then
+  one acquiring atomic, or atomic polls; the loop survives in every case (its result decides the output)."""
+  from jax.experimental import pallas as pl
+  from custom_calls.moe_int4 import grid_sync
+
+  def kernel(sync_ref, out_ref):
+    ok = grid_sync.counter_wait(sync_ref, pl.program_id(0), 3, interpret=False, poll=poll, sleep_ns=sleep_ns)
+    out_ref[...] = jnp.full((16,), grid_sync.poison_unless(ok))
+
+  modules = []
+  fn = lambda sync: pl.pallas_call(kernel, grid=(1,), out_shape=S((16,), jnp.float32))(sync)
+  lower_for_abstract_gpu(fn, S((4,), jnp.int32),
+                         on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
+  [module] = modules
+  loop = module.split("scf.while", 1)[1]
+  assert ("isVolatile = true" in loop) == (poll == "volatile")
+  assert ("nanosleep" in module) == (sleep_ns > 0)
+  assert "tt.atomic_rmw" in (loop if poll == "atomic" else module)
+
+
+def test_grid_sync_wait_rejects_a_sleep_between_atomic_polls():
+  from custom_calls.moe_int4 import grid_sync
+  for poll, sleep_ns in (("atomic", 100), ("spin", 0)):
+    with pytest.raises(ValueError, match=f"counter_wait: poll {poll!r} with sleep_ns {sleep_ns}: expected one of"):
+      grid_sync.counter_wait(None, 0, 1, interpret=True, poll=poll, sleep_ns=sleep_ns)
+
+
 def test_moe_gemv_down_kernel_options_reach_its_launch():
   """block_k_down sets the down kernel's word tiles ([4, 64] words at K steps of 512, [4, 16] at 128: its 8 rows as
   two 4-row tiles, default_down_row_splits) and num_warps_down its launch; the gate/up kernel keeps block_k and

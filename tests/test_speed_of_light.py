@@ -24,7 +24,7 @@ def moe_args():
 
 
 @pytest.mark.parametrize("tokens", [1, 2])   # 8 pairs: straight-line visits; 16: the loops (UNROLL_MAX_PAIRS)
-@pytest.mark.parametrize("variant", ["read_2", "read_1", "read_1_spin", "read_1_sleep"])
+@pytest.mark.parametrize("variant", sol.MOE_VARIANTS)
 def test_moe_read_matches_reference(moe_args, variant, tokens):
   x, ids, _w, *experts = moe_args
   x, ids = x[:tokens], ids[:tokens]

@@ -20,6 +20,8 @@ Two ways to poll (counter_wait's sleep_ns; sm_90 SASS of each in benchmarks/RESU
   one acquire-release atomic, so that the loads after the wait see the producers' stores. Measured SLOWER (H100,
   round 30): a read-only launch whose down programs wait took 30.0 us at 1 token against 21.6 with atomic polls
   (61.2 against 43.7 at 2 tokens); the grouped one-launch kernel tied at 8 and 16 tokens. Kept as an option.
+counter_wait(poll="volatile", sleep_ns=0), volatile loads back to back, separates the two changes (the sleep, the
+polls without fence and invalidation); benchmarks/speed_of_light.py's read_1_volatile times it, not yet on a GPU.
 """
 import jax
 import jax.numpy as jnp
@@ -37,29 +39,38 @@ def arrive(sync_ref, index, *, interpret):
   plgpu.atomic_add(sync_ref, index, jnp.int32(1))
 
 
-def counter_wait(sync_ref, index, target, *, interpret, sleep_ns=0):
+POLLS = ("atomic", "volatile")
+
+
+def counter_wait(sync_ref, index, target, *, interpret, poll=None, sleep_ns=0):
   """Poll word `index` of sync_ref until it reaches target; True when it did (False: SPIN_LIMIT polls gave up).
 
-  sleep_ns 0: each poll is an acquire-release atomic add of 0 (one thread's read-modify-write at the counter's L2
-  slice, back to back). sleep_ns > 0: each poll is a plain volatile load, after a `nanosleep` of about sleep_ns, and
-  one acquiring atomic once the count is seen (so that the loads after the wait see the producers' stores): a waiting
-  program then neither issues nor queues atomics at one L2 slice while the producers stream their weights."""
+  poll "atomic" (the default when sleep_ns is 0): each poll is an acquire-release atomic add of 0, back to back.
+  poll "volatile" (the default when sleep_ns > 0): each poll is a plain volatile load, after a `nanosleep` of about
+  sleep_ns when sleep_ns > 0, and one acquiring atomic once the count is seen (so that the loads after the wait see
+  the producers' stores). The module docstring has what each costs."""
+  poll = poll or ("volatile" if sleep_ns else "atomic")
+  if poll not in POLLS or (poll == "atomic" and sleep_ns):
+    raise ValueError(f"counter_wait: poll {poll!r} with sleep_ns {sleep_ns!r}: expected one of {POLLS}, and a sleep "
+                     "only between volatile polls")
   read = lambda: plgpu.atomic_add(sync_ref, index, jnp.int32(0))
   if interpret:                 # programs run in grid order: every arrival is in (a polling loop cannot be discharged)
     return read() >= target
-  if not sleep_ns:
+  if poll == "atomic":
     seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < SPIN_LIMIT), lambda s: (read(), s[1] + 1),
                              (read(), jnp.int32(0)))
     return seen >= target
 
-  def poll(s):
+  def volatile_poll(s):
     _, polls = s
-    # the load's index depends on the sleep's result (0 added, which the compiler cannot see), so that the load is
-    # not issued before the sleep; and the sleep on the loop's count, so that it is not hoisted out of the loop
-    at = index + (_sleep_then(sleep_ns, polls) - polls)
+    at = index
+    if sleep_ns:
+      # the load's index depends on the sleep's result (0 added, which the compiler cannot see), so that the load
+      # is not issued before the sleep; and the sleep on the loop's count, so that it is not hoisted out of the loop
+      at = index + (_sleep_then(sleep_ns, polls) - polls)
     return plgpu.load(sync_ref.at[at], volatile=True), polls + 1
 
-  seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < SPIN_LIMIT), poll,
+  seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < SPIN_LIMIT), volatile_poll,
                            (plgpu.load(sync_ref.at[index], volatile=True), jnp.int32(0)))
   # the acquiring read after the loop (its result is also used, so that the loop is not dropped as dead code)
   return (seen >= target) & (read() >= target)

@@ -13,15 +13,18 @@ kernel twice in one program to check it). The counters are never reset: a reused
 once, so nothing may hand the kernels one.
 Interpreted (the CPU tests) programs run one after another in grid order: every wait is already met.
 
-Two ways to poll (counter_wait's sleep_ns; sm_90 SASS of each in benchmarks/RESULTS.md, issue 6 thirtieth round):
-- 0 (the kernels' default): back-to-back acquire-release atomic adds of 0. Each is MEMBAR.ALL.GPU, ATOMG, then
-  CCTL.IVALL, which invalidates the whole L1 of the waiting program's SM, where gate/up programs may be running;
-- > 0: a nanosleep, then a volatile load (LDG.E.STRONG.SYS: no fence, no L1 invalidation); once the count is seen,
-  one acquire-release atomic, so that the loads after the wait see the producers' stores. Measured SLOWER (H100,
-  round 30): a read-only launch whose down programs wait took 30.0 us at 1 token against 21.6 with atomic polls
-  (61.2 against 43.7 at 2 tokens); the grouped one-launch kernel tied at 8 and 16 tokens. Kept as an option.
-counter_wait(poll="volatile", sleep_ns=0), volatile loads back to back, separates the two changes (the sleep, the
-polls without fence and invalidation); benchmarks/speed_of_light.py's read_1_volatile times it, not yet on a GPU.
+How counter_wait polls (its poll and sleep_ns; the sm_90 SASS of both loops is in
+benchmarks/results/issue6_r30/wait_sass.txt):
+- "atomic" (the default, and the kernels'): back-to-back acquire-release atomic adds of 0. Each is two CTA barriers,
+  MEMBAR.ALL.GPU, ATOMG, then CCTL.IVALL, which invalidates the whole L1 of the waiting program's SM, where gate/up
+  programs may be running.
+- "volatile": volatile loads (LDG.E.STRONG.SYS: no fence, no L1 invalidation), with a nanosleep of sleep_ns between
+  them when sleep_ns > 0; once the count is seen, one acquire-release atomic, so that the loads after the wait see
+  the producers' stores.
+  - With a 200-ns sleep it measured SLOWER (H100, benchmarks/RESULTS.md, issue 6 thirtieth round). A read-only
+    launch whose down programs wait took 30.0 us at 1 token against 21.6 with atomic polls (61.2 against 43.7 at 2
+    tokens). The grouped one-launch kernel tied at 8 and 16 tokens. The kernels' wait_sleep_ns option keeps it.
+  - Without the sleep it is not timed yet (benchmarks/speed_of_light.py's read_1_volatile).
 """
 import jax
 import jax.numpy as jnp

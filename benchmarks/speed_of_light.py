@@ -59,7 +59,7 @@ from custom_calls.mla_attention.split_combine import combine_partials  # noqa: E
 from custom_calls.moe_int4 import grid_sync, routed_experts_int4  # noqa: E402
 from ddtree_jax.train.common import write_json  # noqa: E402
 
-SPIN_LIMIT = 1 << 18          # polls of the counter before read_1_spin gives up and writes NaN
+SPIN_LIMIT = 1 << 18          # polls of the counter before a read_1_* wait gives up and writes NaN
 SLEEP_NS = 200                # read_1_sleep: the nanosleep between two polls
 MOE_VARIANTS = ("read_2", "read_1", "read_1_spin", "read_1_sleep", "read_1_volatile")
 
@@ -143,22 +143,12 @@ def _second_part(j, consts_ref, ids_ref, x_ref, h_ref, dw_ref, ds_ref, out_ref, 
     lax.fori_loop(0, tokens, lambda t, carry: (token(t), carry)[1], 0)
 
 
-def _counter_wait(sync_ref, programs, *, interpret, poll="atomic", sleep_ns=0):
-  """Poll the counter (word 1) until `programs` arrivals; 0.0, or NaN when SPIN_LIMIT polls gave up.
-  poll "atomic": back-to-back atomic polls (this module's loop, as round 25 timed it); "volatile":
-  grid_sync.counter_wait's volatile loads, with a nanosleep of sleep_ns between them when sleep_ns > 0.
-  Interpreted, the programs run one after another (every arrival is in) and a loop over an atomic cannot be
-  discharged: one read of the counter."""
-  read = lambda: plgpu.atomic_add(sync_ref, jnp.int32(1), jnp.int32(0))
-  if poll == "volatile":
-    return grid_sync.poison_unless(grid_sync.counter_wait(sync_ref, jnp.int32(1), programs, interpret=interpret,
-                                                          poll="volatile", sleep_ns=sleep_ns))
-  if interpret:
-    seen = read()
-  else:
-    seen, _ = lax.while_loop(lambda s: (s[0] < programs) & (s[1] < SPIN_LIMIT), lambda s: (read(), s[1] + 1),
-                             (read(), jnp.int32(0)))
-  return jnp.where(seen < programs, jnp.float32(jnp.nan), jnp.float32(0.0))
+def _counter_wait(sync_ref, programs, *, interpret, poll, sleep_ns):
+  """Poll the counter (word 1) until `programs` arrivals (grid_sync.counter_wait: poll "atomic", back-to-back atomic
+  polls as round 25 timed them, or "volatile", with a nanosleep of sleep_ns between them when sleep_ns > 0); 0.0, or
+  NaN when SPIN_LIMIT polls gave up. Interpreted, the programs run one after another: one read of the counter."""
+  return grid_sync.poison_unless(grid_sync.counter_wait(sync_ref, jnp.int32(1), programs, interpret=interpret,
+                                                        poll=poll, sleep_ns=sleep_ns, spin_limit=SPIN_LIMIT))
 
 
 def moe_read(x, ids, gw, gs, uw, us, dw, ds, *, variant, cfg, interpret=False):
@@ -194,9 +184,7 @@ def moe_read(x, ids, gw, gs, uw, us, dw, ds, *, variant, cfg, interpret=False):
     def _():
       first(pid, c, i, xr, a, b, u, v, hr)
       if spin:
-        if not interpret:                       # (the interpreter has no barrier; its programs run in order)
-          plgpu.debug_barrier()                 # this program's h stores before its arrival
-        plgpu.atomic_add(sync, jnp.int32(1), jnp.int32(1))
+        grid_sync.arrive(sync, jnp.int32(1), interpret=interpret)   # this program's h stores, then its arrival
 
     @pl.when(pid >= g1)
     def _():

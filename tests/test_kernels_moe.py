@@ -45,6 +45,20 @@ def reference_f32(x, ids, w, experts, offset):
   return routed_experts_int4_reference(x.astype(jnp.float32), ids, w, *experts, expert_offset=offset)
 
 
+def check_one_launch_against_two(one_launch, two_launches, x, ids, w, stored):
+  """The GPU check of a one-launch MoE kernel (offset 0): one_launch(x) and two_launches(x), each a call of x alone,
+  at x and 2x in ONE program, so that a constants array the one-launch kernel updates in place is a compile-time
+  constant and XLA must give each call its own copy. Both one-launch outputs must match the reference (1e-2
+  relative) and, bit for bit, the two-launch kernels': a down tile that read h before all of its gate/up tiles were
+  stored (a race the 1e-2 norm could miss) fails there."""
+  first, second, first_two, second_two = jax.jit(
+      lambda xx: (one_launch(xx), one_launch(xx * 2), two_launches(xx), two_launches(xx * 2)))(x)
+  assert rel_err(first, reference_f32(x, ids, w, stored, 0)) < 1e-2
+  assert rel_err(second, reference_f32(x * 2, ids, w, stored, 0)) < 1e-2
+  np.testing.assert_array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(first_two.astype(jnp.float32)))
+  np.testing.assert_array_equal(np.asarray(second.astype(jnp.float32)), np.asarray(second_two.astype(jnp.float32)))
+
+
 CASES = [
     # (tokens, top-k, global experts, local experts, expert_offset, dtype, kernel options)
     (5, 4, 12, 6, 3, jnp.float32, {}),                                             # expert parallel shard

@@ -12,7 +12,7 @@ from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_gemv_pipelined import program_place, routed_experts_int4_gemv_pipelined
 from tests.kernel_checks import rel_err
-from tests.test_kernels_moe import k26_shard_inputs, make_inputs, reference_f32
+from tests.test_kernels_moe import check_one_launch_against_two, k26_shard_inputs, make_inputs, reference_f32
 
 
 @pytest.mark.parametrize("tokens,g,d,lag", [(1, 3, 2, 1), (4, 3, 2, 1), (4, 3, 5, 2), (3, 2, 5, 3), (3, 2, 5, 7)])
@@ -108,11 +108,4 @@ def test_gpu_kernel(n, chunk, opts):
   experts = experts_to_k_chunks(stored, chunk) if chunk else stored
   call = lambda xx: routed_experts_int4_gemv_pipelined(xx, ids, w, *experts, 0, **opts)
   two_launches = lambda xx: routed_experts_int4_gemv(xx, ids, w, *experts, 0)
-  first, second, first_two, second_two = jax.jit(
-      lambda xx: (call(xx), call(xx * 2), two_launches(xx), two_launches(xx * 2)))(x)
-  assert rel_err(first, reference_f32(x, ids, w, stored, 0)) < 1e-2
-  assert rel_err(second, reference_f32(x * 2, ids, w, stored, 0)) < 1e-2
-  # the same tile sums as pallas_gemv's two launches (token order): bit for bit, so that a down tile that read h
-  # before all of its gate/up tiles were stored (a race the 1e-2 norm above could miss) fails here
-  np.testing.assert_array_equal(np.asarray(first.astype(jnp.float32)), np.asarray(first_two.astype(jnp.float32)))
-  np.testing.assert_array_equal(np.asarray(second.astype(jnp.float32)), np.asarray(second_two.astype(jnp.float32)))
+  check_one_launch_against_two(call, two_launches, x, ids, w, stored)

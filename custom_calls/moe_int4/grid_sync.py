@@ -45,8 +45,8 @@ def arrive(sync_ref, index, *, interpret):
 POLLS = ("atomic", "volatile")
 
 
-def counter_wait(sync_ref, index, target, *, interpret, poll=None, sleep_ns=0):
-  """Poll word `index` of sync_ref until it reaches target; True when it did (False: SPIN_LIMIT polls gave up).
+def counter_wait(sync_ref, index, target, *, interpret, poll=None, sleep_ns=0, spin_limit=SPIN_LIMIT):
+  """Poll word `index` of sync_ref until it reaches target; True when it did (False: spin_limit polls gave up).
 
   poll "atomic" (the default when sleep_ns is 0): each poll is an acquire-release atomic add of 0, back to back.
   poll "volatile" (the default when sleep_ns > 0): each poll is a plain volatile load, after a `nanosleep` of about
@@ -60,7 +60,7 @@ def counter_wait(sync_ref, index, target, *, interpret, poll=None, sleep_ns=0):
   if interpret:                 # programs run in grid order: every arrival is in (a polling loop cannot be discharged)
     return read() >= target
   if poll == "atomic":
-    seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < SPIN_LIMIT), lambda s: (read(), s[1] + 1),
+    seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < spin_limit), lambda s: (read(), s[1] + 1),
                              (read(), jnp.int32(0)))
     return seen >= target
 
@@ -73,7 +73,7 @@ def counter_wait(sync_ref, index, target, *, interpret, poll=None, sleep_ns=0):
       at = index + (_sleep_then(sleep_ns, polls) - polls)
     return plgpu.load(sync_ref.at[at], volatile=True), polls + 1
 
-  seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < SPIN_LIMIT), volatile_poll,
+  seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < spin_limit), volatile_poll,
                            (plgpu.load(sync_ref.at[index], volatile=True), jnp.int32(0)))
   # the acquiring read after the loop (its result is also used, so that the loop is not dropped as dead code)
   return (seen >= target) & (read() >= target)

@@ -11,6 +11,8 @@
    allow. Each sample enqueues QUEUED programs and waits once, so host dispatch overlaps device work as in a
    serving loop (_per_call_median); blocking_s is the same program waited for after every run (the harness of
    rounds 2-5, host dispatch included). Per-call time = total / calls.
+4. With --device-span N, also each call's device time alone (device_span.py: a profiler trace of N blocking calls,
+   first kernel start to last kernel end), which holds neither the chain's add and reduction nor host dispatch.
 Rooflines: MLA = max(bytes/copy_bw, flops/matmul_rate), flops = 2*B*T*H*ctx*(576+512), bytes = cache
 (B*ctx*576*2) + queries + output. MoE = INT4 weights + scales of the experts hit / copy_bw (the
 compute term 6*M*D*I / matmul_rate is printed too).
@@ -123,6 +125,25 @@ def harness_floor(arg_sets):
   """timeit's own cost per call (the chain's add and full reduction around an identity call) for these inputs:
   part of every time measured with them, not of the kernel."""
   return timeit(lambda x: x, [a[:1] for a in arg_sets])
+
+
+# --device-span N: also the device time of one call, from a profiler trace of N blocking calls (device_span.py).
+DEVICE_SPAN_CALLS = 0
+
+
+def add_device_span(rec, fn, arg_sets):
+  """With --device-span N, rec gains device_span_s (a call's first kernel start to last kernel end, the
+  harness's add and reduction not in it), device_busy_s and device_kernels ([name, median us] in launch order)."""
+  if not DEVICE_SPAN_CALLS:
+    return ""
+  import device_span
+  try:
+    d = device_span.device_span(fn, arg_sets, DEVICE_SPAN_CALLS)
+  except Exception as e:  # noqa: BLE001 - recorded next to the chained figure, which stands without it
+    rec["device_span_error"] = repr(e)[:300]
+    return f" device span failed: {e!r}"[:200]
+  rec.update(device_span_s=d["span_s"], device_busy_s=d["busy_s"], device_kernels=d.get("kernels"))
+  return f" device span {d['span_s'] * 1e3:.4f} ms (busy {d['busy_s'] * 1e3:.4f}, {d['n_kernels']:.0f} kernels)"
 
 
 def rel_err(out, ref):
@@ -279,6 +300,7 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
           err = rel_err(jax.block_until_ready(jax.jit(fn)(*args)), ref)   # waited for: see QUEUED
           dt, blocking = timeit(fn, sets, with_blocking=True)
           rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking)
+          add_device_span(rec, fn, sets)
           row.setdefault("configs", []).append(rec)
           if err < 2e-2 and (best is None or dt < best["time_s"]):
             best = rec
@@ -292,10 +314,13 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
       if best:
         row.update(best=best, time_s=best["time_s"], err=best["err"], frac_roofline=roof / best["time_s"],
                    achieved_Bps=bytes_ / best["time_s"], achieved_flops=flops / best["time_s"])
+        if "device_span_s" in best:
+          row["frac_roofline_device_span"] = roof / best["device_span_s"]
         if "xla_time_s" in row:
           row["speedup_vs_xla"] = row["xla_time_s"] / best["time_s"]
       log(f"mla B={b} T={t} H={h} ctx={s}: " + ", ".join(
           f"{c['cfg']}: " + (f"{c['time_s'] * 1e3:.3f} ms (blocking {c['blocking_s'] * 1e3:.3f}) err {c['err']:.1e}"
+                             + (f" device span {c['device_span_s'] * 1e3:.4f} ms" if "device_span_s" in c else "")
                              if "time_s" in c else c["error"][:120])
           for c in row.get("configs", [])) + f" | xla {row.get('xla_time_s', float('nan')) * 1e3:.3f} ms")
     except Exception as e:  # noqa: BLE001
@@ -476,8 +501,9 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
           err = rel_err(jax.block_until_ready(jax.jit(fn)(*cfg_args)), ref)   # waited for: see QUEUED
           dt, blocking = timeit(fn, cfg_sets, with_blocking=True)
           rec = dict(cfg=cfg, err=err, time_s=dt, blocking_s=blocking)
+          span = add_device_span(rec, fn, cfg_sets)
           row.setdefault("configs", []).append(rec)
-          log(f"  moe M={m} {cfg}: {dt * 1e3:.4f} ms (blocking {blocking * 1e3:.4f}) err {err:.1e}")
+          log(f"  moe M={m} {cfg}: {dt * 1e3:.4f} ms (blocking {blocking * 1e3:.4f}) err {err:.1e}{span}")
           if err < 2e-2 and (best is None or dt < best["time_s"]):
             best = rec
         except Exception as e_:  # noqa: BLE001
@@ -499,6 +525,8 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
                    frac_mem_roofline=(bytes_ / copy_bw) / best["time_s"],
                    frac_roofline=row["roofline_s"] / best["time_s"], achieved_Bps=bytes_ / best["time_s"],
                    achieved_flops=flops / best["time_s"])
+        if "device_span_s" in best:
+          row["frac_mem_roofline_device_span"] = (bytes_ / copy_bw) / best["device_span_s"]
         if "ragged_bf16_s" in row:
           row["speedup_vs_ragged_bf16"] = row["ragged_bf16_s"] / best["time_s"]
       log(f"moe M={m} hit={hit}: " + ", ".join(
@@ -561,9 +589,10 @@ def table():
   rf = RESULTS["roofline"]
   lines.append(f"device: {jax.devices()[0].device_kind}; copy {rf['copy_bw_Bps'] / 1e12:.2f} TB/s; "
                f"bf16 matmul {rf['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s")
+  span = lambda r, frac: (f"{r['best']['device_span_s'] * 1e3:.4f} ({r[frac]:.2f})" if frac in r else "-")
   lines.append("| MLA B | T | H | ctx | bound | roofline ms | pallas ms | frac roofline | blocking ms | TB/s | TFLOP/s "
-               "| XLA bf16 ms | speedup | err | best cfg |")
-  lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+               "| XLA bf16 ms | speedup | err | device span ms (frac) | best cfg |")
+  lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for r in RESULTS["mla"]:
     if "time_s" not in r:
       lines.append(f"| {r['B']} | {r['T']} | {r['H']} | {r['ctx']} | failed: {r.get('error', r.get('configs'))} |")
@@ -572,10 +601,12 @@ def table():
                  f"{r['time_s'] * 1e3:.3f} | {r['frac_roofline']:.2f} | {r['best']['blocking_s'] * 1e3:.3f} | "
                  f"{r['achieved_Bps'] / 1e12:.2f} | "
                  f"{r['achieved_flops'] / 1e12:.0f} | {r.get('xla_time_s', float('nan')) * 1e3:.3f} | "
-                 f"{r.get('speedup_vs_xla', float('nan')):.1f}x | {r['err']:.1e} | {r['best']['cfg']} |")
+                 f"{r.get('speedup_vs_xla', float('nan')):.1f}x | {r['err']:.1e} | "
+                 f"{span(r, 'frac_roofline_device_span')} | {r['best']['cfg']} |")
   lines.append("| MoE M rows | experts hit | mem roofline ms | pallas ms | frac mem roofline | blocking ms "
-               "| harness floor ms | TB/s | ragged bf16 ms | speedup | XLA ref ms | err | best cfg |")
-  lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+               "| harness floor ms | TB/s | ragged bf16 ms | speedup | XLA ref ms | err | device span ms (frac) "
+               "| best cfg |")
+  lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for r in RESULTS["moe"]:
     if "time_s" not in r:
       lines.append(f"| {r['M']} | failed: {r.get('error', r.get('configs'))} |")
@@ -585,12 +616,13 @@ def table():
                  f"{r['harness_floor_s'] * 1e3:.4f} | {r['achieved_Bps'] / 1e12:.2f} | "
                  f"{r.get('ragged_bf16_s', float('nan')) * 1e3:.3f} | "
                  f"{r.get('speedup_vs_ragged_bf16', float('nan')):.1f}x | "
-                 f"{r.get('xla_ref_s', float('nan')) * 1e3:.3f} | {r['err']:.1e} | {r['best']['cfg']} |")
+                 f"{r.get('xla_ref_s', float('nan')) * 1e3:.3f} | {r['err']:.1e} | "
+                 f"{span(r, 'frac_mem_roofline_device_span')} | {r['best']['cfg']} |")
   return "\n".join(lines)
 
 
 def main():
-  global QUEUED
+  global QUEUED, DEVICE_SPAN_CALLS
   ap = argparse.ArgumentParser()
   ap.add_argument("--smoke", action="store_true", help="tiny shapes, Pallas interpreter (CPU dry run)")
   ap.add_argument("--only", choices=["mla", "moe", "moe_parts", "all"], default="all")
@@ -613,7 +645,14 @@ def main():
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")
+  ap.add_argument("--device-span", type=int, default=0, metavar="N",
+                  help="also the device time of one call (device_span.py: a profiler trace of N blocking calls; "
+                       "the harness's add and reduction not in it), next to the chained figure. Needs a GPU")
   a = ap.parse_args()
+  DEVICE_SPAN_CALLS = a.device_span
+  if a.device_span and (a.smoke or jax.default_backend() != "gpu"):
+    raise SystemExit(f"--device-span {a.device_span}: needs a GPU (it reads the trace's /device:GPU:0 plane); "
+                     f"backend {jax.default_backend()}{', --smoke' if a.smoke else ''}")
   if a.smoke:
     QUEUED = 1
     reserve_cpu_threads_for_interpret()     # before the CPU client starts (jax.devices() below)

@@ -1,0 +1,64 @@
+"""The device time of ONE call of a jitted function, read from a `jax.profiler` trace (CUPTI timestamps).
+
+kernels.py's `timeit` figure is the time per call inside a chain: it holds the chain's own add + full reduction
+around each call (its `harness_floor`, 3-7 us on an H100) and the launch gaps between them. For shapes whose
+roofline is ~10 us that floor alone decides the fraction. This module measures what the call itself keeps the GPU
+for: `calls` blocking calls, cycling through the same rotating argument sets as the chain (so that one call's data
+is not in L2 for the next), a short host pause after each so that they separate in the trace, then per call
+
+  span    first kernel's start to the last kernel's end (the call's own launch gaps included; nothing of the host);
+  busy    the union of its kernels' intervals (span minus the gaps between its kernels);
+  kernels the call's kernels in order, each with its median duration.
+
+Medians over the calls. The span is the conservative figure: under the profiler, launches are a little slower,
+and the GPU sat idle for the pause before each call.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import xplane_timeline  # noqa: E402
+
+
+def span_stats(rows, n_calls, gap_us):
+  """{span_s, busy_s, n_kernels, kernels: [(name, median us)]} of `rows` (xplane_timeline.kernels' rows of a
+  trace holding exactly n_calls calls, separated by more than gap_us of device idle time; only the lines named
+  "Stream ..." where there are such). Raises ValueError when
+  the rows do not split into n_calls blocks (another program ran, or a call had a gap longer than gap_us inside)."""
+  streams = [r for r in rows if r[3].startswith("Stream")]
+  rows = streams or rows        # the CUDA streams' lines, not lines derived from them (e.g. "XLA Modules")
+  blocks = xplane_timeline.calls(rows, gap_us * 1e3)
+  if len(blocks) != n_calls:
+    raise ValueError(f"device_span: the trace splits into {len(blocks)} blocks at gaps > {gap_us} us, expected "
+                     f"{n_calls} calls (a kernel of another program, or an idle gap inside one call)")
+  stats = [xplane_timeline.summary(b) for b in blocks]
+  out = dict(span_s=statistics.median(s["span_us"] for s in stats) * 1e-6,
+             busy_s=statistics.median(s["busy_us"] for s in stats) * 1e-6,
+             n_kernels=statistics.median(s["kernels"] for s in stats))
+  names = [[r[2] for r in b] for b in blocks]
+  if all(n == names[0] for n in names):           # the same kernels every call: each one's median duration
+    out["kernels"] = [(name, statistics.median(b[i][1] for b in blocks) / 1e3) for i, name in enumerate(names[0])]
+  return out
+
+
+def device_span(fn, arg_sets, n_calls=12, gap_us=100.0, pause_s=1e-3, trace_dir=None):
+  """span_stats of n_calls blocking calls of jax.jit(fn), call i on arg_sets[i % len(arg_sets)], under the
+  profiler (warmed up first, outside the trace). Needs a GPU: the trace's /device:GPU:0 plane."""
+  import jax
+  single = jax.jit(fn)
+  for args in arg_sets:
+    jax.block_until_ready(single(*args))
+
+  def run():
+    for i in range(n_calls):
+      jax.block_until_ready(single(*arg_sets[i % len(arg_sets)]))
+      time.sleep(pause_s)                          # the device idles: the calls separate in the trace
+  with tempfile.TemporaryDirectory() as tmp:
+    path = xplane_timeline.record(run, trace_dir or os.path.join(tmp, "trace"))
+    return span_stats(xplane_timeline.kernels(path), n_calls, gap_us)

@@ -1,0 +1,3 @@
+# Issue 6, round 31, call 2 (run inline on the warm machine of call 1; this file records the command): the marked GPU
+# tests of tests/test_kernels_moe.py after round 29's refactor, first eight cases.
+mkdir -p $OUT; nvidia-smi --query-gpu=name --format=csv > $OUT/gpu.txt; timeout 560 env PYTHONPATH=. python3 -m pytest -q -rA -m gpu tests/test_kernels_moe.py -k "test_gpu_kernel and (1-gemv or 64-grouped_k or 600-grouped] or 1-grouped_f32 or 64-gemv_k)" tests/test_bf16_planes.py --durations=0 > $OUT/pytest.log 2>&1; echo "pytest rc $?"; grep -E "passed|failed|FAILED|ERROR|PASSED" $OUT/pytest.log | tail -30 | cut -c1-300

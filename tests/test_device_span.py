@@ -1,0 +1,42 @@
+"""benchmarks/device_span.py's per-call statistics, on rows like xplane_timeline.kernels' (the trace itself needs a
+GPU; kernels.py --device-span runs it there)."""
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+import device_span  # noqa: E402
+
+
+def _call(t0_ns, gate_us, down_us, gap_us=2.0):
+  """One call: two kernels on stream 1 with a launch gap between them, and the module's derived line above."""
+  gate_end = t0_ns + gate_us * 1e3
+  down_start = gate_end + gap_us * 1e3
+  return [(t0_ns, gate_us * 1e3, "gate_up", "Stream #1"), (down_start, down_us * 1e3, "down", "Stream #1"),
+          (t0_ns - 500.0, (gate_us + gap_us + down_us) * 1e3 + 1e3, "jit_moe", "XLA Modules")]
+
+
+def test_span_busy_and_each_kernels_median():
+  rows = sorted(_call(0.0, 10.0, 5.0) + _call(1e6, 12.0, 4.0) + _call(2e6, 11.0, 6.0, gap_us=3.0))
+  got = device_span.span_stats(rows, 3, gap_us=100.0)
+  assert got["span_s"] == pytest.approx(18e-6)          # spans 17, 18, 20 us: the derived line is not counted
+  assert got["busy_s"] == pytest.approx(16e-6)          # busy 15, 16, 17 us
+  assert got["n_kernels"] == 2
+  assert got["kernels"] == [("gate_up", pytest.approx(11.0)), ("down", pytest.approx(5.0))]
+
+
+def test_wrong_number_of_calls_is_an_error():
+  rows = sorted(_call(0.0, 10.0, 5.0) + _call(1e6, 12.0, 4.0))
+  with pytest.raises(ValueError, match="splits into 2 blocks at gaps > 100.0 us, expected 3 calls"):
+    device_span.span_stats(rows, 3, gap_us=100.0)
+  with pytest.raises(ValueError, match="splits into 4 blocks"):     # a gap inside a call longer than gap_us
+    device_span.span_stats(rows, 2, gap_us=1.0)
+
+
+def test_calls_with_different_kernels_give_no_per_kernel_list():
+  rows = sorted(_call(0.0, 10.0, 5.0) + [(1e6, 3e3, "other", "Stream #1")])
+  got = device_span.span_stats(rows, 2, gap_us=100.0)
+  assert "kernels" not in got and got["n_kernels"] == pytest.approx(1.5)

@@ -40,3 +40,32 @@ def test_calls_with_different_kernels_give_no_per_kernel_list():
   rows = sorted(_call(0.0, 10.0, 5.0) + [(1e6, 3e3, "other", "Stream #1")])
   got = device_span.span_stats(rows, 2, gap_us=100.0)
   assert "kernels" not in got and got["n_kernels"] == pytest.approx(1.5)
+
+
+def test_device_span_warms_up_then_cycles_the_argument_sets(monkeypatch):
+  """The glue around the trace (which needs a GPU): every set is run once before the trace, the traced calls cycle
+  through the sets, and the trace's rows are what span_stats reads."""
+  import jax
+  import jax.numpy as jnp
+  seen = []
+
+  def fn(x):
+    jax.debug.callback(lambda v: seen.append(float(v[0])), x)
+    return x * 2.0
+
+  traced = {}
+
+  def fake_record(run, trace_dir):
+    traced["before"] = list(seen)
+    run()
+    traced["during"] = seen[len(traced["before"]):]
+    return "trace.xplane.pb"
+
+  rows = sorted(sum((_call(i * 1e6, 10.0 + i, 5.0) for i in range(5)), []))
+  monkeypatch.setattr(device_span.xplane_timeline, "record", fake_record)
+  monkeypatch.setattr(device_span.xplane_timeline, "kernels", lambda path: rows)
+  sets = [(jnp.full((4,), float(i)),) for i in range(3)]
+  got = device_span.device_span(fn, sets, n_calls=5, pause_s=0.0)
+  assert traced["before"] == [0.0, 1.0, 2.0]
+  assert traced["during"] == [0.0, 1.0, 2.0, 0.0, 1.0]
+  assert got["span_s"] == pytest.approx(19e-6)          # spans 17..21 us

@@ -34,6 +34,8 @@ Every read kernel is checked against an XLA computation of the same sums.
 Usage (GPU): PYTHONPATH=. python3 benchmarks/speed_of_light.py [--moe_tokens 1,2,4] [--mla_ctx 8192,32768]
        (CPU): PYTHONPATH=. python3 benchmarks/speed_of_light.py --smoke   (interpret mode, tiny shapes, ~5 min;
               tests/test_speed_of_light.py checks the read kernels alone)
+       --device_span N: also each variant's device time of one call alone (device_span.py), next to the chained
+              figure (GPU only).
 Writes $OUT/speed_of_light.json (or --out).
 """
 from __future__ import annotations
@@ -240,8 +242,30 @@ def moe_shape(smoke):
                               dict(base, block_n=8, block_n_down=16, unrolled=True)]
 
 
+def time_variant(row, name, fn, arg_sets, device_span_calls):
+  """row["times_s"][name]: kb.timeit's chained figure; with device_span_calls N > 0 also
+  row["device_span_s"][name]: one call's device time alone (device_span.py, N traced blocking calls)."""
+  try:
+    row["times_s"][name] = kb.timeit(fn, arg_sets)
+  except Exception as err:  # noqa: BLE001 - one failing variant must not stop the others
+    row["times_s"][name] = None
+    row["errors"][name + "_failed"] = repr(err)[:300]
+    return
+  if device_span_calls:
+    import device_span
+    try:
+      row.setdefault("device_span_s", {})[name] = device_span.device_span(fn, arg_sets, device_span_calls)["span_s"]
+    except Exception as err:  # noqa: BLE001
+      row["errors"][name + "_device_span_failed"] = repr(err)[:300]
+
+
+def span_note(row, name):
+  spans = row.get("device_span_s", {})
+  return f" (device span {spans[name]:.3e})" if name in spans else ""
+
+
 def bench_moe(tokens, smoke, rows, flush, every_config=True, num_configs=0,
-              variants=MOE_VARIANTS):
+              variants=MOE_VARIANTS, device_span_calls=0):
   """Rows of the MoE at these token counts (every_config: every read config at the first count; otherwise, and
   after it, the first config only: each pair visited is straight-line code, so the compile grows with the
   tokens)."""
@@ -278,13 +302,8 @@ def bench_moe(tokens, smoke, rows, flush, every_config=True, num_configs=0,
           fns[name] = fn
     row["configs"] = cfgs
     for name, fn in fns.items():
-      try:
-        use = sets if name == "dispatch" else ids_sets
-        row["times_s"][name] = kb.timeit(fn, use)
-      except Exception as err:  # noqa: BLE001 - one failing variant must not stop the others
-        row["times_s"][name] = None
-        row["errors"][name + "_failed"] = repr(err)[:300]
-      kb.log(f"moe tokens={m} {name}: {row['times_s'][name]}")
+      time_variant(row, name, fn, sets if name == "dispatch" else ids_sets, device_span_calls)
+      kb.log(f"moe tokens={m} {name}: {row['times_s'][name]}{span_note(row, name)}")
     flush()
   return rows
 
@@ -348,7 +367,7 @@ def mla_xla_read(q_lat, ckv, kpe):
           + q_lat.reshape(q_lat.shape[0], -1)[:, :1].astype(f32))
 
 
-def bench_mla(contexts, heads, smoke, rows, flush):
+def bench_mla(contexts, heads, smoke, rows, flush, device_span_calls=0):
   for s in contexts:
     dims = (64, 32) if smoke else (512, 64)
     set_bytes = s * (dims[0] + dims[1]) * 2
@@ -374,24 +393,23 @@ def bench_mla(contexts, heads, smoke, rows, flush):
     if not row["errors"]["read"] < 1e-4:
       del fns["read"], fns["read_combine"]
     for name, fn in fns.items():
-      try:
-        row["times_s"][name] = kb.timeit(fn, sets if name == "dispatch" else read_sets)
-      except Exception as err:  # noqa: BLE001
-        row["times_s"][name] = None
-        row["errors"][name + "_failed"] = repr(err)[:300]
-      kb.log(f"mla 1x1x{heads}x{s} {name}: {row['times_s'][name]}")
+      time_variant(row, name, fn, sets if name == "dispatch" else read_sets, device_span_calls)
+      kb.log(f"mla 1x1x{heads}x{s} {name}: {row['times_s'][name]}{span_note(row, name)}")
     flush()
   return rows
 
 
 def table(rows, copy_bw):
-  """Markdown: us per call and fraction of bytes / copy_bw, per variant."""
+  """Markdown: us per call and fraction of bytes / copy_bw, per variant (and the device span's, where measured)."""
   lines = []
   for row in rows:
     roof = row["bytes"] / copy_bw
     shape = (f"MoE {row['tokens']} token(s), {row['experts_hit']} expert(s)" if row["kind"] == "moe"
              else f"MLA 1 x 1 x {row['heads']} x {row['ctx']}")
-    cells = [f"{k} {v * 1e6:.1f} us ({roof / v:.2f})" for k, v in row["times_s"].items() if v]
+    spans = row.get("device_span_s", {})
+    cells = [f"{k} {v * 1e6:.1f} us ({roof / v:.2f})"
+             + (f", span {spans[k] * 1e6:.1f} us ({roof / spans[k]:.2f})" if k in spans else "")
+             for k, v in row["times_s"].items() if v]
     lines.append(f"| {shape} | {row['bytes'] / 1e6:.1f} MB, {roof * 1e6:.1f} us | harness "
                  f"{row['harness_s'] * 1e6:.1f} us | " + "; ".join(cells) + " |")
   return "\n".join(lines)
@@ -406,7 +424,12 @@ def main(argv=None):
   ap.add_argument("--moe_configs", type=int, default=0, help="time only the first N read configs (0: all)")
   ap.add_argument("--moe_variants", default=",".join(MOE_VARIANTS), help="the MoE read variants to time")
   ap.add_argument("--out", default=None, help="JSON path (default $OUT/speed_of_light.json)")
+  ap.add_argument("--device_span", type=int, default=0, metavar="N",
+                  help="also each variant's device time of one call (device_span.py, N traced blocking calls; the "
+                       "harness's add and reduction not in it). Needs a GPU")
   a = ap.parse_args(argv)
+  if a.device_span and (a.smoke or jax.default_backend() != "gpu"):
+    raise SystemExit(f"--device_span {a.device_span}: needs a GPU (it reads the trace's /device:GPU:0 plane)")
   if a.smoke:
     kb.QUEUED = 1
   ints = lambda s: [int(v) for v in s.split(",") if v]
@@ -421,9 +444,10 @@ def main(argv=None):
   if set(variants) - set(MOE_VARIANTS):
     raise SystemExit(f"--moe_variants {a.moe_variants!r}: expected names among {', '.join(MOE_VARIANTS)}")
   # the first token count, then the decode rows, then the other token counts (most telling first)
-  bench_moe(moe_tokens[:1], a.smoke, rows, flush, num_configs=a.moe_configs, variants=variants)
-  bench_mla([1024] if a.smoke else ints(a.mla_ctx), a.mla_heads, a.smoke, rows, flush)
-  bench_moe(moe_tokens[1:], a.smoke, rows, flush, every_config=False, variants=variants)
+  span = a.device_span
+  bench_moe(moe_tokens[:1], a.smoke, rows, flush, num_configs=a.moe_configs, variants=variants, device_span_calls=span)
+  bench_mla([1024] if a.smoke else ints(a.mla_ctx), a.mla_heads, a.smoke, rows, flush, device_span_calls=span)
+  bench_moe(moe_tokens[1:], a.smoke, rows, flush, every_config=False, variants=variants, device_span_calls=span)
   flush()
   print(table(rows, copy_bw), flush=True)
   return rows

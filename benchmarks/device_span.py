@@ -29,8 +29,8 @@ import xplane_timeline  # noqa: E402
 def span_stats(rows, n_calls, gap_us):
   """{span_s, busy_s, n_kernels, kernels: [(name, median us)]} of `rows` (xplane_timeline.kernels' rows of a
   trace holding exactly n_calls calls, separated by more than gap_us of device idle time; only the lines named
-  "Stream ..." where there are such). Raises ValueError when
-  the rows do not split into n_calls blocks (another program ran, or a call had a gap longer than gap_us inside)."""
+  "Stream ..." where there are such). Raises ValueError when the rows do not split into n_calls blocks (another
+  program ran, or a call had a gap longer than gap_us inside). "kernels" only when every call ran the same ones."""
   streams = [r for r in rows if r[3].startswith("Stream")]
   rows = streams or rows        # the CUDA streams' lines, not lines derived from them (e.g. "XLA Modules")
   blocks = xplane_timeline.calls(rows, gap_us * 1e3)

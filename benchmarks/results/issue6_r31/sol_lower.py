@@ -1,8 +1,10 @@
 # Round 31: lowers speed_of_light.moe_read (read_1, read_1_spin, read_2) at 1 token for an abstract H200 and writes
-# the Triton IR to /tmp/sol_sass; then: /tmp/tv/bin/python benchmarks/sass_report.py compile --dir /tmp/sol_sass
+# the Triton IR to /tmp/sol_sass (.venv/bin/python benchmarks/results/issue6_r31/sol_lower.py); then: /tmp/tv/bin/python benchmarks/sass_report.py compile --dir /tmp/sol_sass
 # --num_warps 4 --num_stages 1 (registers and shared memory per program: sol_sass.txt).
 import functools, os, sys
-sys.path.insert(0, "/work/main"); sys.path.insert(0, "/work/main/benchmarks")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, ROOT); sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+os.makedirs("/tmp/sol_sass", exist_ok=True)
 import jax, jax.numpy as jnp
 from custom_calls.gpu_lowering import lower_for_abstract_gpu
 import speed_of_light as sol

@@ -146,6 +146,16 @@ def add_device_span(rec, fn, arg_sets):
   return f" device span {d['span_s'] * 1e3:.4f} ms (busy {d['busy_s'] * 1e3:.4f}, {d['n_kernels']:.0f} kernels)"
 
 
+def enable_device_span(calls, smoke, flag):
+  """Turn add_device_span on for this process (calls > 0: traced blocking calls per figure); exits naming `flag`
+  where it cannot run (it reads the trace's GPU plane)."""
+  global DEVICE_SPAN_CALLS
+  if calls and (smoke or jax.default_backend() != "gpu"):
+    raise SystemExit(f"{flag} {calls}: needs a GPU (it reads the trace's /device:GPU:0 plane); "
+                     f"backend {jax.default_backend()}{', --smoke' if smoke else ''}")
+  DEVICE_SPAN_CALLS = calls
+
+
 def rel_err(out, ref):
   out = np.asarray(jnp.asarray(out, jnp.float32), np.float64)
   ref = np.asarray(jnp.asarray(ref, jnp.float32), np.float64)
@@ -622,7 +632,7 @@ def table():
 
 
 def main():
-  global QUEUED, DEVICE_SPAN_CALLS
+  global QUEUED
   ap = argparse.ArgumentParser()
   ap.add_argument("--smoke", action="store_true", help="tiny shapes, Pallas interpreter (CPU dry run)")
   ap.add_argument("--only", choices=["mla", "moe", "moe_parts", "all"], default="all")
@@ -649,10 +659,7 @@ def main():
                   help="also the device time of one call (device_span.py: a profiler trace of N blocking calls; "
                        "the harness's add and reduction not in it), next to the chained figure. Needs a GPU")
   a = ap.parse_args()
-  DEVICE_SPAN_CALLS = a.device_span
-  if a.device_span and (a.smoke or jax.default_backend() != "gpu"):
-    raise SystemExit(f"--device-span {a.device_span}: needs a GPU (it reads the trace's /device:GPU:0 plane); "
-                     f"backend {jax.default_backend()}{', --smoke' if a.smoke else ''}")
+  enable_device_span(a.device_span, a.smoke, "--device-span")
   if a.smoke:
     QUEUED = 1
     reserve_cpu_threads_for_interpret()     # before the CPU client starts (jax.devices() below)

@@ -242,21 +242,21 @@ def moe_shape(smoke):
                               dict(base, block_n=8, block_n_down=16, unrolled=True)]
 
 
-def time_variant(row, name, fn, arg_sets, device_span_calls):
-  """row["times_s"][name]: kb.timeit's chained figure; with device_span_calls N > 0 also
-  row["device_span_s"][name]: one call's device time alone (device_span.py, N traced blocking calls)."""
+def time_variant(row, name, fn, arg_sets):
+  """row["times_s"][name]: kb.timeit's chained figure; with --device_span (kb.add_device_span) also
+  row["device_span_s"][name]: one call's device time alone."""
   try:
     row["times_s"][name] = kb.timeit(fn, arg_sets)
   except Exception as err:  # noqa: BLE001 - one failing variant must not stop the others
     row["times_s"][name] = None
     row["errors"][name + "_failed"] = repr(err)[:300]
     return
-  if device_span_calls:
-    import device_span
-    try:
-      row.setdefault("device_span_s", {})[name] = device_span.device_span(fn, arg_sets, device_span_calls)["span_s"]
-    except Exception as err:  # noqa: BLE001
-      row["errors"][name + "_device_span_failed"] = repr(err)[:300]
+  rec = {}
+  kb.add_device_span(rec, fn, arg_sets)
+  if "device_span_s" in rec:
+    row.setdefault("device_span_s", {})[name] = rec["device_span_s"]
+  if "device_span_error" in rec:
+    row["errors"][name + "_device_span_failed"] = rec["device_span_error"]
 
 
 def span_note(row, name):
@@ -265,7 +265,7 @@ def span_note(row, name):
 
 
 def bench_moe(tokens, smoke, rows, flush, every_config=True, num_configs=0,
-              variants=MOE_VARIANTS, device_span_calls=0):
+              variants=MOE_VARIANTS):
   """Rows of the MoE at these token counts (every_config: every read config at the first count; otherwise, and
   after it, the first config only: each pair visited is straight-line code, so the compile grows with the
   tokens)."""
@@ -302,7 +302,7 @@ def bench_moe(tokens, smoke, rows, flush, every_config=True, num_configs=0,
           fns[name] = fn
     row["configs"] = cfgs
     for name, fn in fns.items():
-      time_variant(row, name, fn, sets if name == "dispatch" else ids_sets, device_span_calls)
+      time_variant(row, name, fn, sets if name == "dispatch" else ids_sets)
       kb.log(f"moe tokens={m} {name}: {row['times_s'][name]}{span_note(row, name)}")
     flush()
   return rows
@@ -367,7 +367,7 @@ def mla_xla_read(q_lat, ckv, kpe):
           + q_lat.reshape(q_lat.shape[0], -1)[:, :1].astype(f32))
 
 
-def bench_mla(contexts, heads, smoke, rows, flush, device_span_calls=0):
+def bench_mla(contexts, heads, smoke, rows, flush):
   for s in contexts:
     dims = (64, 32) if smoke else (512, 64)
     set_bytes = s * (dims[0] + dims[1]) * 2
@@ -393,7 +393,7 @@ def bench_mla(contexts, heads, smoke, rows, flush, device_span_calls=0):
     if not row["errors"]["read"] < 1e-4:
       del fns["read"], fns["read_combine"]
     for name, fn in fns.items():
-      time_variant(row, name, fn, sets if name == "dispatch" else read_sets, device_span_calls)
+      time_variant(row, name, fn, sets if name == "dispatch" else read_sets)
       kb.log(f"mla 1x1x{heads}x{s} {name}: {row['times_s'][name]}{span_note(row, name)}")
     flush()
   return rows
@@ -428,8 +428,7 @@ def main(argv=None):
                   help="also each variant's device time of one call (device_span.py, N traced blocking calls; the "
                        "harness's add and reduction not in it). Needs a GPU")
   a = ap.parse_args(argv)
-  if a.device_span and (a.smoke or jax.default_backend() != "gpu"):
-    raise SystemExit(f"--device_span {a.device_span}: needs a GPU (it reads the trace's /device:GPU:0 plane)")
+  kb.enable_device_span(a.device_span, a.smoke, "--device_span")
   if a.smoke:
     kb.QUEUED = 1
   ints = lambda s: [int(v) for v in s.split(",") if v]
@@ -444,10 +443,9 @@ def main(argv=None):
   if set(variants) - set(MOE_VARIANTS):
     raise SystemExit(f"--moe_variants {a.moe_variants!r}: expected names among {', '.join(MOE_VARIANTS)}")
   # the first token count, then the decode rows, then the other token counts (most telling first)
-  span = a.device_span
-  bench_moe(moe_tokens[:1], a.smoke, rows, flush, num_configs=a.moe_configs, variants=variants, device_span_calls=span)
-  bench_mla([1024] if a.smoke else ints(a.mla_ctx), a.mla_heads, a.smoke, rows, flush, device_span_calls=span)
-  bench_moe(moe_tokens[1:], a.smoke, rows, flush, every_config=False, variants=variants, device_span_calls=span)
+  bench_moe(moe_tokens[:1], a.smoke, rows, flush, num_configs=a.moe_configs, variants=variants)
+  bench_mla([1024] if a.smoke else ints(a.mla_ctx), a.mla_heads, a.smoke, rows, flush)
+  bench_moe(moe_tokens[1:], a.smoke, rows, flush, every_config=False, variants=variants)
   flush()
   print(table(rows, copy_bw), flush=True)
   return rows

@@ -67,14 +67,18 @@ def test_mla_read_matches_reference():
 
 
 def test_table_gives_the_device_span_next_to_the_chained_figure(monkeypatch):
-  """time_variant records the chained figure, and with device_span_calls the device span too (device_span.py's
-  trace replaced here: it needs a GPU); the table prints both with their fractions of bytes / copy_bw."""
+  """time_variant records the chained figure, and with --device_span (kb.DEVICE_SPAN_CALLS) the device span too
+  (device_span.py's trace replaced here: it needs a GPU); the table prints both with their fractions of bytes /
+  copy_bw."""
   import device_span
   monkeypatch.setattr(kb, "timeit", lambda fn, sets: 20e-6)
-  monkeypatch.setattr(device_span, "device_span", lambda fn, sets, n: dict(span_s=12.5e-6, busy_s=11e-6))
+  monkeypatch.setattr(device_span, "device_span", lambda fn, sets, n: dict(span_s=12.5e-6, busy_s=11e-6,
+                                                                           n_kernels=2))
   row = dict(kind="moe", tokens=1, experts_hit=1, bytes=10_000_000, harness_s=4e-6, times_s={}, errors={})
-  sol.time_variant(row, "read_1", None, [], device_span_calls=3)
-  sol.time_variant(row, "read_2", None, [], device_span_calls=0)
+  monkeypatch.setattr(kb, "DEVICE_SPAN_CALLS", 3)
+  sol.time_variant(row, "read_1", None, [])
+  monkeypatch.setattr(kb, "DEVICE_SPAN_CALLS", 0)
+  sol.time_variant(row, "read_2", None, [])
   assert row["times_s"] == {"read_1": 20e-6, "read_2": 20e-6} and row["device_span_s"] == {"read_1": 12.5e-6}
   line = sol.table([row], copy_bw=1e12)                 # roofline 10 us
   assert "read_1 20.0 us (0.50), span 12.5 us (0.80)" in line and "read_2 20.0 us (0.50) " in line + " "

@@ -24,7 +24,8 @@ benchmarks/results/issue6_r30/wait_sass.txt):
   - With a 200-ns sleep it measured SLOWER (H100, benchmarks/RESULTS.md, issue 6 thirtieth round). A read-only
     launch whose down programs wait took 30.0 us at 1 token against 21.6 with atomic polls (61.2 against 43.7 at 2
     tokens). The grouped one-launch kernel tied at 8 and 16 tokens. The kernels' wait_sleep_ns option keeps it.
-  - Without the sleep it is not timed yet (benchmarks/speed_of_light.py's read_1_volatile).
+  - Without the sleep it measured slower still (round 31, speed_of_light.py's read_1_volatile): 31.1 us at 1 token
+    against 23.0 with atomic polls (58.0 against 44.1 at 2 tokens).
 """
 import jax
 import jax.numpy as jnp

@@ -21,6 +21,10 @@ expert's gate, up and down words and scales; pallas_gemv's column tiles and K st
                (grid_sync.counter_wait, sleep_ns) instead of back-to-back acquire-release atomics, each of which
                also invalidates the waiting SM's L1 (CCTL.IVALL in the SASS);
   read_1_volatile  the same volatile polls back to back, with no sleep (what the polls alone cost);
+  read_1_flags the atomic polls of read_1_spin, but not all on the word the gate/up programs add to: the last of
+               them sets NUM_FLAGS flags, one 128-byte line each (grid_sync.arrive_and_broadcast), and down
+               program i polls flag i % NUM_FLAGS (does a crowd of polls on the arrivals' word delay the arrivals?);
+  read_1_flags_volatile  the same flags, polled by volatile loads back to back;
   xla_read     XLA reductions over the hit experts' arrays (dynamic slices fused into the reductions; indexed
                through x, so that they stay on the harness's chain).
 MLA decode (1 x T=1 x H x ctx, the latent cache ckv [1, S, 512] + kpe [1, S, 64] bf16):
@@ -63,7 +67,10 @@ from ddtree_jax.train.common import write_json  # noqa: E402
 
 SPIN_LIMIT = 1 << 18          # polls of the counter before a read_1_* wait gives up and writes NaN
 SLEEP_NS = 200                # read_1_sleep: the nanosleep between two polls
-MOE_VARIANTS = ("read_2", "read_1", "read_1_spin", "read_1_sleep", "read_1_volatile")
+MOE_VARIANTS = ("read_2", "read_1", "read_1_spin", "read_1_sleep", "read_1_volatile", "read_1_flags",
+                "read_1_flags_volatile")
+NUM_FLAGS = 64                # read_1_flags*: flags the last gate/up program sets (896 down programs: 14 a flag)
+FLAG_BASE = grid_sync.FLAG_STRIDE   # flag 0's word: the line after the one holding the offset and the counter
 
 
 # ---------------------------------------------------------------------------------------------------- MoE
@@ -145,11 +152,12 @@ def _second_part(j, consts_ref, ids_ref, x_ref, h_ref, dw_ref, ds_ref, out_ref, 
     lax.fori_loop(0, tokens, lambda t, carry: (token(t), carry)[1], 0)
 
 
-def _counter_wait(sync_ref, programs, *, interpret, poll, sleep_ns):
-  """Poll the counter (word 1) until `programs` arrivals (grid_sync.counter_wait: poll "atomic", back-to-back atomic
-  polls as round 25 timed them, or "volatile", with a nanosleep of sleep_ns between them when sleep_ns > 0); 0.0, or
-  NaN when SPIN_LIMIT polls gave up. Interpreted, the programs run one after another: one read of the counter."""
-  return grid_sync.poison_unless(grid_sync.counter_wait(sync_ref, jnp.int32(1), programs, interpret=interpret,
+def _counter_wait(sync_ref, index, target, *, interpret, poll, sleep_ns):
+  """Poll word `index` (the counter, word 1, or a flag) until it reaches target (grid_sync.counter_wait: poll
+  "atomic", back-to-back atomic polls as round 25 timed them, or "volatile", with a nanosleep of sleep_ns between
+  them when sleep_ns > 0); 0.0, or NaN when SPIN_LIMIT polls gave up. Interpreted, the programs run one after
+  another: one read of the word."""
+  return grid_sync.poison_unless(grid_sync.counter_wait(sync_ref, index, target, interpret=interpret,
                                                         poll=poll, sleep_ns=sleep_ns, spin_limit=SPIN_LIMIT))
 
 
@@ -161,7 +169,9 @@ def moe_read(x, ids, gw, gs, uw, us, dw, ds, *, variant, cfg, interpret=False):
   inter = gw.shape[1]
   g1, g2 = inter // cfg["block_n"], d // cfg["block_n_down"]
   flat = ids.reshape(-1).astype(jnp.int32)
-  consts = jnp.zeros((2,), jnp.int32)                       # expert offset 0, counter 0
+  flags = variant.startswith("read_1_flags")
+  # expert offset 0, counter 0 (and the flags, one line each)
+  consts = jnp.zeros((grid_sync.flag_index(FLAG_BASE, NUM_FLAGS - 1) + 1 if flags else 2,), jnp.int32)
   params = plgpu.CompilerParams(num_warps=cfg["num_warps"], num_stages=1)
   call = functools.partial(pl.pallas_call, compiler_params=params, interpret=interpret)
   h_shape = jax.ShapeDtypeStruct((n * top_k, inter), jnp.float32)
@@ -176,8 +186,14 @@ def moe_read(x, ids, gw, gs, uw, us, dw, ds, *, variant, cfg, interpret=False):
   if variant not in MOE_VARIANTS:
     raise ValueError(f"moe_read: unknown variant {variant!r}")
   spin = variant != "read_1"
-  poll = "volatile" if variant in ("read_1_sleep", "read_1_volatile") else "atomic"
+  poll = "volatile" if variant in ("read_1_sleep", "read_1_volatile", "read_1_flags_volatile") else "atomic"
   sleep_ns = SLEEP_NS if variant == "read_1_sleep" else 0
+
+  def wait(sync, pid):
+    if flags:
+      at = grid_sync.flag_index(FLAG_BASE, (pid - g1) % NUM_FLAGS)
+      return _counter_wait(sync, at, 1, interpret=interpret, poll=poll, sleep_ns=sleep_ns)
+    return _counter_wait(sync, jnp.int32(1), g1, interpret=interpret, poll=poll, sleep_ns=sleep_ns)
 
   def fused(c, i, xr, a, b, u, v, dwr, dsr, hr, o, sync):
     pid = pl.program_id(0)
@@ -185,16 +201,18 @@ def moe_read(x, ids, gw, gs, uw, us, dw, ds, *, variant, cfg, interpret=False):
     @pl.when(pid < g1)
     def _():
       first(pid, c, i, xr, a, b, u, v, hr)
-      if spin:
+      if flags:                     # this program's h stores, its arrival, and the flags if it is the last
+        grid_sync.arrive_and_broadcast(sync, jnp.int32(1), g1, FLAG_BASE, NUM_FLAGS, interpret=interpret)
+      elif spin:
         grid_sync.arrive(sync, jnp.int32(1), interpret=interpret)   # this program's h stores, then its arrival
 
     @pl.when(pid >= g1)
     def _():
       second(pid - g1, c, i, xr, hr if spin else None, dwr, dsr, o,
-             wait=(functools.partial(_counter_wait, sync, g1, interpret=interpret, poll=poll, sleep_ns=sleep_ns) if spin
-                   else None))
+             wait=functools.partial(wait, sync, pid) if spin else None)
 
-  _, out, _ = call(fused, grid=(g1 + g2,), out_shape=(h_shape, out_shape, jax.ShapeDtypeStruct((2,), jnp.int32)),
+  sync_shape = jax.ShapeDtypeStruct(consts.shape, jnp.int32)
+  _, out, _ = call(fused, grid=(g1 + g2,), out_shape=(h_shape, out_shape, sync_shape),
                    input_output_aliases={0: 2}, name=f"sol_moe_{variant}")(consts, flat, x, gw, gs, uw, us, dw, ds)
   return out
 

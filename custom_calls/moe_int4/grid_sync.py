@@ -30,6 +30,7 @@ benchmarks/results/issue6_r30/wait_sass.txt):
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 SPIN_LIMIT = 1 << 20        # polls of a counter before a waiting program gives up (~1 us each)
@@ -41,6 +42,35 @@ def arrive(sync_ref, index, *, interpret):
   if not interpret:              # (the interpreter has no barrier; its programs run one after another)
     plgpu.debug_barrier()
   plgpu.atomic_add(sync_ref, index, jnp.int32(1))
+
+
+FLAG_STRIDE = 32            # int32 words from one flag to the next (arrive_and_broadcast): one 128-byte line each
+
+
+def flag_index(flag_base, k):
+  """The word of flag k (arrive_and_broadcast)."""
+  return flag_base + k * FLAG_STRIDE
+
+
+def arrive_and_broadcast(sync_ref, index, total, flag_base, num_flags, *, interpret):
+  """arrive() on word `index`; the program whose add brings it to `total` (the last producer) then sets
+  num_flags flags (words flag_index(flag_base, k), each on its own 128-byte line) to 1, so that consumers poll one
+  flag each (counter_wait(sync_ref, flag_index(flag_base, k), 1)) instead of all polling the word every producer
+  adds to. (Round 32's question: whether 896 programs polling that one word is what the in-kernel wait costs.)
+
+  Ordering: every producer's stores, then its release add; the last one's add acquires them all; a CTA barrier
+  (its threads after that acquire), then one acquire-release add per flag, one flag a thread, all at once.
+  sync_ref needs flag_index(flag_base, num_flags - 1) + 1 words."""
+  if not interpret:
+    plgpu.debug_barrier()
+  old = plgpu.atomic_add(sync_ref, index, jnp.int32(1))
+
+  @pl.when(old == total - 1)
+  def _():
+    if not interpret:
+      plgpu.debug_barrier()
+    k = jnp.arange(num_flags, dtype=jnp.int32)
+    plgpu.atomic_add(sync_ref, (flag_index(flag_base, k),), jnp.ones((num_flags,), jnp.int32))
 
 
 POLLS = ("atomic", "volatile")

@@ -6,15 +6,18 @@ roofline is ~10 us that floor alone decides the fraction. This module measures w
 for: `calls` blocking calls, cycling through the same rotating argument sets as the chain (so that one call's data
 is not in L2 for the next), a short host pause after each so that they separate in the trace, then per call
 
-  span    first kernel's start to the last kernel's end (the call's own launch gaps included; nothing of the host);
-  busy    the union of its kernels' intervals (span minus the gaps between its kernels);
+  busy    the union of its kernels' intervals: the GPU time the call's kernels take (the figure kernels.py and
+          speed_of_light.py set against the roofline);
+  span    first kernel's start to the last kernel's end, the gaps between its kernels included;
   kernels the call's kernels in order, each with its median duration.
 
-Medians over the calls. The span is the conservative figure: under the profiler, launches are a little slower,
-and the GPU sat idle for the pause before each call.
+Medians over the calls. The span is NOT the time a call costs in a program: a blocking call alone launches its
+kernels one by one from the host, which the GPU outruns, so its gaps are host launch latency (round 32, H100: MoE at
+1 token spans 47 us for 18 us busy, where the chain takes 20 us a call with its own add and reduction).
 """
 from __future__ import annotations
 
+import bisect
 import os
 import statistics
 import sys
@@ -28,12 +31,23 @@ import xplane_timeline  # noqa: E402
 
 def span_stats(rows, n_calls, gap_us):
   """{span_s, busy_s, n_kernels, kernels: [(name, median us)]} of `rows` (xplane_timeline.kernels' rows of a
-  trace holding exactly n_calls calls, separated by more than gap_us of device idle time; only the lines named
-  "Stream ..." where there are such). Raises ValueError when the rows do not split into n_calls blocks (another
-  program ran, or a call had a gap longer than gap_us inside). "kernels" only when every call ran the same ones."""
+  trace holding exactly n_calls calls; only the lines named "Stream ..." where there are such). The calls are the
+  "XLA Modules" line's events where it has n_calls of them, else blocks separated by more than gap_us of device
+  idle time. Raises ValueError when the rows do not split into n_calls calls (another program ran, or a call had a
+  gap longer than gap_us inside). "kernels" only when every call ran the same ones."""
   streams = [r for r in rows if r[3].startswith("Stream")]
+  modules = sorted(r for r in rows if r[3] == "XLA Modules")
   rows = streams or rows        # the CUDA streams' lines, not lines derived from them (e.g. "XLA Modules")
-  blocks = xplane_timeline.calls(rows, gap_us * 1e3)
+  if streams and len(modules) == n_calls:
+    # one "XLA Modules" event per call: each kernel belongs to the last call that started before it (robust to a
+    # long launch gap inside a call, which the blocking calls' host side can make: round 32 saw one of 100+ us)
+    blocks = [[] for _ in modules]
+    for r in streams:
+      i = max(bisect.bisect_right([m[0] for m in modules], r[0]) - 1, 0)
+      blocks[i].append(r)
+    blocks = [b for b in blocks if b]
+  else:
+    blocks = xplane_timeline.calls(rows, gap_us * 1e3)
   if len(blocks) != n_calls:
     raise ValueError(f"device_span: the trace splits into {len(blocks)} blocks at gaps > {gap_us} us, expected "
                      f"{n_calls} calls (a kernel of another program, or an idle gap inside one call)")

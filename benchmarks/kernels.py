@@ -11,8 +11,9 @@
    allow. Each sample enqueues QUEUED programs and waits once, so host dispatch overlaps device work as in a
    serving loop (_per_call_median); blocking_s is the same program waited for after every run (the harness of
    rounds 2-5, host dispatch included). Per-call time = total / calls.
-4. With --device-span N, also each call's device time alone (device_span.py: a profiler trace of N blocking calls,
-   first kernel start to last kernel end), which holds neither the chain's add and reduction nor host dispatch.
+4. With --device-span N, also each call's device time alone (device_span.py: a profiler trace of N blocking calls;
+   device_busy_s, the union of the call's kernels' intervals, and each kernel's duration), which holds neither the
+   chain's add and reduction nor host dispatch.
 Rooflines: MLA = max(bytes/copy_bw, flops/matmul_rate), flops = 2*B*T*H*ctx*(576+512), bytes = cache
 (B*ctx*576*2) + queries + output. MoE = INT4 weights + scales of the experts hit / copy_bw (the
 compute term 6*M*D*I / matmul_rate is printed too).
@@ -132,8 +133,9 @@ DEVICE_SPAN_CALLS = 0
 
 
 def add_device_span(rec, fn, arg_sets):
-  """With --device-span N, rec gains device_span_s (a call's first kernel start to last kernel end, the
-  harness's add and reduction not in it), device_busy_s and device_kernels ([name, median us] in launch order)."""
+  """With --device-span N, rec gains device_busy_s (the GPU time of one call's kernels, the harness's add and
+  reduction not in it: the figure set against the roofline), device_span_s (first kernel start to last kernel end,
+  host launch gaps included: device_span.py) and device_kernels ([name, median us] in launch order)."""
   if not DEVICE_SPAN_CALLS:
     return ""
   import device_span
@@ -143,7 +145,7 @@ def add_device_span(rec, fn, arg_sets):
     rec["device_span_error"] = repr(e)[:300]
     return f" device span failed: {e!r}"[:200]
   rec.update(device_span_s=d["span_s"], device_busy_s=d["busy_s"], device_kernels=d.get("kernels"))
-  return f" device span {d['span_s'] * 1e3:.4f} ms (busy {d['busy_s'] * 1e3:.4f}, {d['n_kernels']:.0f} kernels)"
+  return f" device busy {d['busy_s'] * 1e3:.4f} ms (span {d['span_s'] * 1e3:.4f}, {d['n_kernels']:.0f} kernels)"
 
 
 def enable_device_span(calls, smoke, flag):
@@ -324,13 +326,13 @@ def bench_mla(copy_bw, mm, smoke, budget_s, only_shapes=None, no_sweep=False, mo
       if best:
         row.update(best=best, time_s=best["time_s"], err=best["err"], frac_roofline=roof / best["time_s"],
                    achieved_Bps=bytes_ / best["time_s"], achieved_flops=flops / best["time_s"])
-        if "device_span_s" in best:
-          row["frac_roofline_device_span"] = roof / best["device_span_s"]
+        if "device_busy_s" in best:
+          row["frac_roofline_device_busy"] = roof / best["device_busy_s"]
         if "xla_time_s" in row:
           row["speedup_vs_xla"] = row["xla_time_s"] / best["time_s"]
       log(f"mla B={b} T={t} H={h} ctx={s}: " + ", ".join(
           f"{c['cfg']}: " + (f"{c['time_s'] * 1e3:.3f} ms (blocking {c['blocking_s'] * 1e3:.3f}) err {c['err']:.1e}"
-                             + (f" device span {c['device_span_s'] * 1e3:.4f} ms" if "device_span_s" in c else "")
+                             + (f" device busy {c['device_busy_s'] * 1e3:.4f} ms" if "device_busy_s" in c else "")
                              if "time_s" in c else c["error"][:120])
           for c in row.get("configs", [])) + f" | xla {row.get('xla_time_s', float('nan')) * 1e3:.3f} ms")
     except Exception as e:  # noqa: BLE001
@@ -535,8 +537,8 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
                    frac_mem_roofline=(bytes_ / copy_bw) / best["time_s"],
                    frac_roofline=row["roofline_s"] / best["time_s"], achieved_Bps=bytes_ / best["time_s"],
                    achieved_flops=flops / best["time_s"])
-        if "device_span_s" in best:
-          row["frac_mem_roofline_device_span"] = (bytes_ / copy_bw) / best["device_span_s"]
+        if "device_busy_s" in best:
+          row["frac_mem_roofline_device_busy"] = (bytes_ / copy_bw) / best["device_busy_s"]
         if "ragged_bf16_s" in row:
           row["speedup_vs_ragged_bf16"] = row["ragged_bf16_s"] / best["time_s"]
       log(f"moe M={m} hit={hit}: " + ", ".join(
@@ -599,9 +601,9 @@ def table():
   rf = RESULTS["roofline"]
   lines.append(f"device: {jax.devices()[0].device_kind}; copy {rf['copy_bw_Bps'] / 1e12:.2f} TB/s; "
                f"bf16 matmul {rf['bf16_matmul_flops'] / 1e12:.0f} TFLOP/s")
-  span = lambda r, frac: (f"{r['best']['device_span_s'] * 1e3:.4f} ({r[frac]:.2f})" if frac in r else "-")
+  busy = lambda r, frac: (f"{r['best']['device_busy_s'] * 1e3:.4f} ({r[frac]:.2f})" if frac in r else "-")
   lines.append("| MLA B | T | H | ctx | bound | roofline ms | pallas ms | frac roofline | blocking ms | TB/s | TFLOP/s "
-               "| XLA bf16 ms | speedup | err | device span ms (frac) | best cfg |")
+               "| XLA bf16 ms | speedup | err | device busy ms (frac) | best cfg |")
   lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for r in RESULTS["mla"]:
     if "time_s" not in r:
@@ -612,9 +614,9 @@ def table():
                  f"{r['achieved_Bps'] / 1e12:.2f} | "
                  f"{r['achieved_flops'] / 1e12:.0f} | {r.get('xla_time_s', float('nan')) * 1e3:.3f} | "
                  f"{r.get('speedup_vs_xla', float('nan')):.1f}x | {r['err']:.1e} | "
-                 f"{span(r, 'frac_roofline_device_span')} | {r['best']['cfg']} |")
+                 f"{busy(r, 'frac_roofline_device_busy')} | {r['best']['cfg']} |")
   lines.append("| MoE M rows | experts hit | mem roofline ms | pallas ms | frac mem roofline | blocking ms "
-               "| harness floor ms | TB/s | ragged bf16 ms | speedup | XLA ref ms | err | device span ms (frac) "
+               "| harness floor ms | TB/s | ragged bf16 ms | speedup | XLA ref ms | err | device busy ms (frac) "
                "| best cfg |")
   lines.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   for r in RESULTS["moe"]:
@@ -627,7 +629,7 @@ def table():
                  f"{r.get('ragged_bf16_s', float('nan')) * 1e3:.3f} | "
                  f"{r.get('speedup_vs_ragged_bf16', float('nan')):.1f}x | "
                  f"{r.get('xla_ref_s', float('nan')) * 1e3:.3f} | {r['err']:.1e} | "
-                 f"{span(r, 'frac_mem_roofline_device_span')} | {r['best']['cfg']} |")
+                 f"{busy(r, 'frac_mem_roofline_device_busy')} | {r['best']['cfg']} |")
   return "\n".join(lines)
 
 

@@ -262,7 +262,8 @@ def moe_shape(smoke):
 
 def time_variant(row, name, fn, arg_sets):
   """row["times_s"][name]: kb.timeit's chained figure; with --device_span (kb.add_device_span) also
-  row["device_span_s"][name]: one call's device time alone."""
+  row["device_busy_s"][name] (one call's kernels' GPU time alone), row["device_span_s"][name] and
+  row["device_kernels"][name] ([kernel, median us])."""
   try:
     row["times_s"][name] = kb.timeit(fn, arg_sets)
   except Exception as err:  # noqa: BLE001 - one failing variant must not stop the others
@@ -271,15 +272,16 @@ def time_variant(row, name, fn, arg_sets):
     return
   rec = {}
   kb.add_device_span(rec, fn, arg_sets)
-  if "device_span_s" in rec:
-    row.setdefault("device_span_s", {})[name] = rec["device_span_s"]
+  for key in ("device_busy_s", "device_span_s", "device_kernels"):
+    if key in rec:
+      row.setdefault(key, {})[name] = rec[key]
   if "device_span_error" in rec:
     row["errors"][name + "_device_span_failed"] = rec["device_span_error"]
 
 
 def span_note(row, name):
-  spans = row.get("device_span_s", {})
-  return f" (device span {spans[name]:.3e})" if name in spans else ""
+  busy = row.get("device_busy_s", {})
+  return f" (device busy {busy[name]:.3e}: {row['device_kernels'].get(name)})" if name in busy else ""
 
 
 def bench_moe(tokens, smoke, rows, flush, every_config=True, num_configs=0,
@@ -418,15 +420,16 @@ def bench_mla(contexts, heads, smoke, rows, flush):
 
 
 def table(rows, copy_bw):
-  """Markdown: us per call and fraction of bytes / copy_bw, per variant (and the device span's, where measured)."""
+  """Markdown: us per call and fraction of bytes / copy_bw, per variant (and the device busy time's, where
+  measured)."""
   lines = []
   for row in rows:
     roof = row["bytes"] / copy_bw
     shape = (f"MoE {row['tokens']} token(s), {row['experts_hit']} expert(s)" if row["kind"] == "moe"
              else f"MLA 1 x 1 x {row['heads']} x {row['ctx']}")
-    spans = row.get("device_span_s", {})
+    busy = row.get("device_busy_s", {})
     cells = [f"{k} {v * 1e6:.1f} us ({roof / v:.2f})"
-             + (f", span {spans[k] * 1e6:.1f} us ({roof / spans[k]:.2f})" if k in spans else "")
+             + (f", busy {busy[k] * 1e6:.1f} us ({roof / busy[k]:.2f})" if k in busy else "")
              for k, v in row["times_s"].items() if v]
     lines.append(f"| {shape} | {row['bytes'] / 1e6:.1f} MB, {roof * 1e6:.1f} us | harness "
                  f"{row['harness_s'] * 1e6:.1f} us | " + "; ".join(cells) + " |")

@@ -32,8 +32,19 @@ def test_wrong_number_of_calls_is_an_error():
   rows = sorted(_call(0.0, 10.0, 5.0) + _call(1e6, 12.0, 4.0))
   with pytest.raises(ValueError, match="splits into 2 blocks at gaps > 100.0 us, expected 3 calls"):
     device_span.span_stats(rows, 3, gap_us=100.0)
-  with pytest.raises(ValueError, match="splits into 4 blocks"):     # a gap inside a call longer than gap_us
-    device_span.span_stats(rows, 2, gap_us=1.0)
+  streams_only = [r for r in rows if r[3] != "XLA Modules"]
+  with pytest.raises(ValueError, match="splits into 4 blocks"):     # no module events: a gap inside a call longer
+    device_span.span_stats(streams_only, 2, gap_us=1.0)            # than gap_us splits it
+
+
+def test_module_events_keep_a_call_whole_across_a_long_launch_gap():
+  """Where the trace has one "XLA Modules" event per call, the kernels go to the call that started before them,
+  so that a host launch gap inside a call (round 32: one of 100+ us) does not split it."""
+  rows = sorted(_call(0.0, 10.0, 5.0, gap_us=150.0) + _call(1e6, 12.0, 4.0))
+  got = device_span.span_stats(rows, 2, gap_us=100.0)
+  assert got["busy_s"] == pytest.approx(15.5e-6)        # busy 15 and 16 us; the gap is not busy time
+  assert got["span_s"] == pytest.approx((165 + 18) / 2 * 1e-6)
+  assert got["kernels"] == [("gate_up", pytest.approx(11.0)), ("down", pytest.approx(4.5))]
 
 
 def test_calls_with_different_kernels_give_no_per_kernel_list():

@@ -66,10 +66,10 @@ def test_mla_read_matches_reference():
     sol.mla_read(q_lat, ckv, kpe, num_splits=3, combine=False, interpret=True)
 
 
-def test_table_gives_the_device_span_next_to_the_chained_figure(monkeypatch):
-  """time_variant records the chained figure, and with --device_span (kb.DEVICE_SPAN_CALLS) the device span too
-  (device_span.py's trace replaced here: it needs a GPU); the table prints both with their fractions of bytes /
-  copy_bw."""
+def test_table_gives_the_device_busy_time_next_to_the_chained_figure(monkeypatch):
+  """time_variant records the chained figure, and with --device_span (kb.DEVICE_SPAN_CALLS) the device busy time
+  and span too (device_span.py's trace replaced here: it needs a GPU); the table prints the chained and busy times
+  with their fractions of bytes / copy_bw."""
   import device_span
   monkeypatch.setattr(kb, "timeit", lambda fn, sets: 20e-6)
   monkeypatch.setattr(device_span, "device_span", lambda fn, sets, n: dict(span_s=12.5e-6, busy_s=11e-6,
@@ -80,5 +80,6 @@ def test_table_gives_the_device_span_next_to_the_chained_figure(monkeypatch):
   monkeypatch.setattr(kb, "DEVICE_SPAN_CALLS", 0)
   sol.time_variant(row, "read_2", None, [])
   assert row["times_s"] == {"read_1": 20e-6, "read_2": 20e-6} and row["device_span_s"] == {"read_1": 12.5e-6}
+  assert row["device_busy_s"] == {"read_1": 11e-6}
   line = sol.table([row], copy_bw=1e12)                 # roofline 10 us
-  assert "read_1 20.0 us (0.50), span 12.5 us (0.80)" in line and "read_2 20.0 us (0.50) " in line + " "
+  assert "read_1 20.0 us (0.50), busy 11.0 us (0.91)" in line and "read_2 20.0 us (0.50) " in line + " "

@@ -30,20 +30,23 @@ import xplane_timeline  # noqa: E402
 
 
 def span_stats(rows, n_calls, gap_us):
-  """{span_s, busy_s, n_kernels, kernels: [(name, median us)]} of `rows` (xplane_timeline.kernels' rows of a
+  """{span_s, busy_s, n_kernels, split, kernels: [(name, median us)]} of `rows` (xplane_timeline.kernels' rows of a
   trace holding exactly n_calls calls; only the lines named "Stream ..." where there are such). The calls are the
   "XLA Modules" line's events where it has n_calls of them, else blocks separated by more than gap_us of device
-  idle time. Raises ValueError when the rows do not split into n_calls calls (another program ran, or a call had a
-  gap longer than gap_us inside). "kernels" only when every call ran the same ones."""
+  idle time (split: "modules" or "gaps", which one cut them). Raises ValueError when the rows do not split into
+  n_calls calls (another program ran, or a call had a gap longer than gap_us inside). "kernels" only when every
+  call ran the same ones."""
   streams = [r for r in rows if r[3].startswith("Stream")]
   modules = sorted(r for r in rows if r[3] == "XLA Modules")
   rows = streams or rows        # the CUDA streams' lines, not lines derived from them (e.g. "XLA Modules")
-  if streams and len(modules) == n_calls:
+  split = "modules" if streams and len(modules) == n_calls else "gaps"
+  if split == "modules":
     # one "XLA Modules" event per call: each kernel belongs to the last call that started before it (robust to a
     # long launch gap inside a call, which the blocking calls' host side can make: round 32 saw one of 100+ us)
     blocks = [[] for _ in modules]
+    starts = [m[0] for m in modules]
     for r in streams:
-      i = max(bisect.bisect_right([m[0] for m in modules], r[0]) - 1, 0)
+      i = max(bisect.bisect_right(starts, r[0]) - 1, 0)
       blocks[i].append(r)
     blocks = [b for b in blocks if b]
   else:
@@ -54,7 +57,7 @@ def span_stats(rows, n_calls, gap_us):
   stats = [xplane_timeline.summary(b) for b in blocks]
   out = dict(span_s=statistics.median(s["span_us"] for s in stats) * 1e-6,
              busy_s=statistics.median(s["busy_us"] for s in stats) * 1e-6,
-             n_kernels=statistics.median(s["kernels"] for s in stats))
+             n_kernels=statistics.median(s["kernels"] for s in stats), split=split)
   names = [[r[2] for r in b] for b in blocks]
   if all(n == names[0] for n in names):           # the same kernels every call: each one's median duration
     out["kernels"] = [(name, statistics.median(b[i][1] for b in blocks) / 1e3) for i, name in enumerate(names[0])]

@@ -144,7 +144,8 @@ def add_device_span(rec, fn, arg_sets):
   except Exception as e:  # noqa: BLE001 - recorded next to the chained figure, which stands without it
     rec["device_span_error"] = repr(e)[:300]
     return f" device span failed: {e!r}"[:200]
-  rec.update(device_span_s=d["span_s"], device_busy_s=d["busy_s"], device_kernels=d.get("kernels"))
+  rec.update(device_span_s=d["span_s"], device_busy_s=d["busy_s"], device_kernels=d.get("kernels"),
+             device_split=d.get("split"))
   return f" device busy {d['busy_s'] * 1e3:.4f} ms (span {d['span_s'] * 1e3:.4f}, {d['n_kernels']:.0f} kernels)"
 
 

@@ -24,7 +24,7 @@ def test_span_busy_and_each_kernels_median():
   got = device_span.span_stats(rows, 3, gap_us=100.0)
   assert got["span_s"] == pytest.approx(18e-6)          # spans 17, 18, 20 us: the derived line is not counted
   assert got["busy_s"] == pytest.approx(16e-6)          # busy 15, 16, 17 us
-  assert got["n_kernels"] == 2
+  assert got["n_kernels"] == 2 and got["split"] == "modules"
   assert got["kernels"] == [("gate_up", pytest.approx(11.0)), ("down", pytest.approx(5.0))]
 
 
@@ -50,6 +50,7 @@ def test_module_events_keep_a_call_whole_across_a_long_launch_gap():
 def test_calls_with_different_kernels_give_no_per_kernel_list():
   rows = sorted(_call(0.0, 10.0, 5.0) + [(1e6, 3e3, "other", "Stream #1")])
   got = device_span.span_stats(rows, 2, gap_us=100.0)
+  assert got["split"] == "gaps"                          # one module event for two calls: cut at the gaps
   assert "kernels" not in got and got["n_kernels"] == pytest.approx(1.5)
 
 

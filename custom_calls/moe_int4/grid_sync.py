@@ -59,7 +59,11 @@ def arrive_and_broadcast(sync_ref, index, total, flag_base, num_flags, *, interp
   adds to. (Round 32's question: whether 896 programs polling that one word is what the in-kernel wait costs.)
 
   Ordering: every producer's stores, then its release add; the last one's add acquires them all; a CTA barrier
-  (its threads after that acquire), then one acquire-release add per flag, one flag a thread, all at once.
+  (its threads after that acquire), then one acquire-release exchange per flag (sets it to 1), one flag a thread,
+  all at once. Not an add: Pallas (jax 0.11.2) lowers an atomic add of an int32 VECTOR as a float add (its rule
+  tests the tensor type for an integer type), which on the GPU flushes the int's bits (a denormal) to 0: round 32's
+  first GPU run of this never set a flag. The interpreter has no exchange (its discharge rule), so interpreted
+  programs add 1 instead (the same flags, the same waits).
   sync_ref needs flag_index(flag_base, num_flags - 1) + 1 words."""
   if not interpret:
     plgpu.debug_barrier()
@@ -69,8 +73,9 @@ def arrive_and_broadcast(sync_ref, index, total, flag_base, num_flags, *, interp
   def _():
     if not interpret:
       plgpu.debug_barrier()
-    k = jnp.arange(num_flags, dtype=jnp.int32)
-    plgpu.atomic_add(sync_ref, (flag_index(flag_base, k),), jnp.ones((num_flags,), jnp.int32))
+    flags = (flag_index(flag_base, jnp.arange(num_flags, dtype=jnp.int32)),)
+    set_flags = plgpu.atomic_add if interpret else plgpu.atomic_xchg
+    set_flags(sync_ref, flags, jnp.ones((num_flags,), jnp.int32))
 
 
 POLLS = ("atomic", "volatile")

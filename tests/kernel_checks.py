@@ -9,3 +9,12 @@ def rel_err(out, ref):
   ref = np.asarray(ref, np.float64)
   assert np.all(np.isfinite(out)), "non-finite values in the kernel output"
   return np.linalg.norm(out - ref) / np.linalg.norm(ref)
+
+
+def assert_no_float_add_on_int_pointers(module):
+  """Pallas (jax 0.11.2) lowers an atomic add of an integer VECTOR as a float add (`atomic_rmw fadd` on i32
+  pointers), which the GPU runs as a float add of the ints' bits (flushed to 0 as denormals): benchmarks/RESULTS.md,
+  issue 6 thirty-second round. No kernel may contain one (grid_sync.arrive_and_broadcast sets its flags by exchange)."""
+  bad = [line.strip() for line in module.operation.get_asm(enable_debug_info=False).splitlines()
+         if "atomic_rmw fadd" in line and ("ptr<i32>" in line or "ptr<i64>" in line)]
+  assert not bad, f"integer atomic add lowered as a float add: {bad[:2]}"

@@ -19,6 +19,7 @@ from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.pallas_triton_pipelined import routed_experts_int4_grouped_one_launch
 from custom_calls.tree_build.pallas_triton import tree_build_pallas
 from custom_calls.tree_verify.pallas_triton import tree_walk_pallas
+from tests.kernel_checks import assert_no_float_add_on_int_pointers
 
 S = jax.ShapeDtypeStruct
 
@@ -30,6 +31,7 @@ def lower_for_h200(fn, *abstract_args):
 
   def verify(module):
     module.operation.verify()
+    assert_no_float_add_on_int_pointers(module)
     modules.append(module)
 
   lower_for_abstract_gpu(fn, *abstract_args, on_module=verify)

@@ -83,3 +83,28 @@ def test_table_gives_the_device_busy_time_next_to_the_chained_figure(monkeypatch
   assert row["device_busy_s"] == {"read_1": 11e-6}
   line = sol.table([row], copy_bw=1e12)                 # roofline 10 us
   assert "read_1 20.0 us (0.50), busy 11.0 us (0.91)" in line and "read_2 20.0 us (0.50) " in line + " "
+
+
+@pytest.mark.parametrize("variant", ["read_1_flags", "read_1_flags_volatile"])
+def test_flags_are_set_by_an_exchange_on_the_gpu(variant):
+  """The interpreter runs the discharge rules, not the Triton lowering: lowered for an abstract H200, the flags of
+  grid_sync.arrive_and_broadcast are set by an integer exchange, and no integer atomic is lowered as a float add
+  (round 32: an int32 vector add lowered as `fadd` left every flag 0 on the GPU)."""
+  from custom_calls.gpu_lowering import lower_for_abstract_gpu
+  from tests.kernel_checks import assert_no_float_add_on_int_pointers
+  S = jax.ShapeDtypeStruct
+  cfg = sol.moe_shape(smoke=True)[4][0]
+  experts = []
+  for rows, cols in ((I, D), (I, D), (D, I)):
+    experts += [S((E, rows, cols // 8), jnp.int32), S((E, rows, cols // 32), jnp.bfloat16)]
+  asm = []
+
+  def check(module):
+    assert_no_float_add_on_int_pointers(module)
+    asm.append(module.operation.get_asm(enable_debug_info=False))
+
+  lower_for_abstract_gpu(functools.partial(sol.moe_read, variant=variant, cfg=cfg),
+                         S((1, D), jnp.bfloat16), S((1, 8), jnp.int32), *experts, on_module=check)
+  assert len(asm) == 1
+  assert any("atomic_rmw exch" in line and "ptr<i32>" in line for line in asm[0].splitlines())
+

@@ -64,18 +64,33 @@ def span_stats(rows, n_calls, gap_us):
   return out
 
 
-def device_span(fn, arg_sets, n_calls=12, gap_us=100.0, pause_s=1e-3, trace_dir=None):
-  """span_stats of n_calls blocking calls of jax.jit(fn), call i on arg_sets[i % len(arg_sets)], under the
-  profiler (warmed up first, outside the trace). Needs a GPU: the trace's /device:GPU:0 plane."""
+def device_span(fn, arg_sets, n_calls=12, gap_us=100.0, pause_s=1e-3, trace_dir=None, queued=False):
+  """span_stats of n_calls calls of jax.jit(fn), call i on arg_sets[i % len(arg_sets)], under the profiler (warmed
+  up first, outside the trace). Needs a GPU: the trace's /device:GPU:0 plane.
+
+  queued False: each call waited for, then pause_s of host sleep (every call starts on an idle GPU).
+  queued True: all n_calls enqueued, then one wait: the calls' kernels run back to back as in a program that runs
+  many (the chain's steady state, without its add and reduction). Such calls can only be told apart by the trace's
+  "XLA Modules" events: a ValueError where it does not have one per call."""
   import jax
   single = jax.jit(fn)
   for args in arg_sets:
     jax.block_until_ready(single(*args))
 
   def run():
+    outs = []
     for i in range(n_calls):
-      jax.block_until_ready(single(*arg_sets[i % len(arg_sets)]))
-      time.sleep(pause_s)                          # the device idles: the calls separate in the trace
+      out = single(*arg_sets[i % len(arg_sets)])
+      if queued:
+        outs.append(out)
+      else:
+        jax.block_until_ready(out)
+        time.sleep(pause_s)                        # the device idles: the calls separate in the trace
+    jax.block_until_ready(outs)
   with tempfile.TemporaryDirectory() as tmp:
     path = xplane_timeline.record(run, trace_dir or os.path.join(tmp, "trace"))
-    return span_stats(xplane_timeline.kernels(path), n_calls, gap_us)
+    stats = span_stats(xplane_timeline.kernels(path), n_calls, gap_us)
+  if queued and stats["split"] != "modules":
+    raise ValueError(f"device_span(queued=True): the trace has no \"XLA Modules\" event per call, so {n_calls} "
+                     "queued calls cannot be told apart")
+  return stats

@@ -135,7 +135,9 @@ DEVICE_SPAN_CALLS = 0
 def add_device_span(rec, fn, arg_sets):
   """With --device-span N, rec gains device_busy_s (the GPU time of one call's kernels, the harness's add and
   reduction not in it: the figure set against the roofline), device_span_s (first kernel start to last kernel end,
-  host launch gaps included: device_span.py) and device_kernels ([name, median us] in launch order)."""
+  host launch gaps included: device_span.py) and device_kernels ([name, median us] in launch order), from blocking
+  calls; and device_busy_queued_s / device_kernels_queued from the same calls queued back to back (or
+  device_queued_error where the trace cannot tell queued calls apart)."""
   if not DEVICE_SPAN_CALLS:
     return ""
   import device_span
@@ -146,7 +148,15 @@ def add_device_span(rec, fn, arg_sets):
     return f" device span failed: {e!r}"[:200]
   rec.update(device_span_s=d["span_s"], device_busy_s=d["busy_s"], device_kernels=d.get("kernels"),
              device_split=d.get("split"))
-  return f" device busy {d['busy_s'] * 1e3:.4f} ms (span {d['span_s'] * 1e3:.4f}, {d['n_kernels']:.0f} kernels)"
+  note = ""
+  try:     # the same calls queued: their kernels back to back, as in the chain (device_span.py, queued)
+    q = device_span.device_span(fn, arg_sets, DEVICE_SPAN_CALLS, queued=True)
+    rec.update(device_busy_queued_s=q["busy_s"], device_kernels_queued=q.get("kernels"))
+    note = f", queued busy {q['busy_s'] * 1e3:.4f}"
+  except Exception as e:  # noqa: BLE001 - the blocking figure stands without it
+    rec["device_queued_error"] = repr(e)[:300]
+  return (f" device busy {d['busy_s'] * 1e3:.4f} ms (span {d['span_s'] * 1e3:.4f}, {d['n_kernels']:.0f} kernels"
+          f"{note})")
 
 
 def enable_device_span(calls, smoke, flag):

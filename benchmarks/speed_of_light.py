@@ -263,7 +263,8 @@ def moe_shape(smoke):
 def time_variant(row, name, fn, arg_sets):
   """row["times_s"][name]: kb.timeit's chained figure; with --device_span (kb.add_device_span) also
   row["device_busy_s"][name] (one call's kernels' GPU time alone), row["device_span_s"][name] and
-  row["device_kernels"][name] ([kernel, median us])."""
+  row["device_kernels"][name] ([kernel, median us]), and the queued calls' row["device_busy_queued_s"][name] and
+  row["device_kernels_queued"][name] (or row["device_queued_error"][name]): kernels.add_device_span."""
   try:
     row["times_s"][name] = kb.timeit(fn, arg_sets)
   except Exception as err:  # noqa: BLE001 - one failing variant must not stop the others
@@ -272,7 +273,8 @@ def time_variant(row, name, fn, arg_sets):
     return
   rec = {}
   kb.add_device_span(rec, fn, arg_sets)
-  for key in ("device_busy_s", "device_span_s", "device_kernels"):
+  for key in ("device_busy_s", "device_span_s", "device_kernels", "device_busy_queued_s", "device_kernels_queued",
+              "device_queued_error"):
     if key in rec:
       row.setdefault(key, {})[name] = rec[key]
   if "device_span_error" in rec:

@@ -81,3 +81,19 @@ def test_device_span_warms_up_then_cycles_the_argument_sets(monkeypatch):
   assert traced["before"] == [0.0, 1.0, 2.0]
   assert traced["during"] == [0.0, 1.0, 2.0, 0.0, 1.0]
   assert got["span_s"] == pytest.approx(19e-6)          # spans 17..21 us
+
+
+def test_queued_calls_are_cut_at_the_module_events_only(monkeypatch):
+  """queued=True enqueues every call and waits once: back-to-back calls have no idle gap between them, so only the
+  trace's "XLA Modules" events can tell them apart; without one per call it is an error, not a figure."""
+  import jax.numpy as jnp
+  back_to_back = sorted(sum((_call(i * 16e3, 10.0, 4.0) for i in range(4)), []))   # 16-us calls, no idle gap
+  monkeypatch.setattr(device_span.xplane_timeline, "record", lambda run, trace_dir: (run(), "trace.xplane.pb")[1])
+  sets = [(jnp.ones((4,)),)]
+  monkeypatch.setattr(device_span.xplane_timeline, "kernels", lambda path: back_to_back)
+  got = device_span.device_span(lambda x: x * 2.0, sets, n_calls=4, queued=True)
+  assert got["split"] == "modules" and got["busy_s"] == pytest.approx(14e-6)
+  no_modules = [r for r in back_to_back if r[3] != "XLA Modules"]
+  monkeypatch.setattr(device_span.xplane_timeline, "kernels", lambda path: no_modules)
+  with pytest.raises(ValueError, match="splits into 1 blocks"):
+    device_span.device_span(lambda x: x * 2.0, sets, n_calls=4, queued=True)

@@ -3,8 +3,9 @@
 kernels.py's `timeit` figure is the time per call inside a chain: it holds the chain's own add + full reduction
 around each call (its `harness_floor`, 3-7 us on an H100) and the launch gaps between them. For shapes whose
 roofline is ~10 us that floor alone decides the fraction. This module measures what the call itself keeps the GPU
-for: `calls` blocking calls, cycling through the same rotating argument sets as the chain (so that one call's data
-is not in L2 for the next), a short host pause after each so that they separate in the trace, then per call
+for: `calls` calls, cycling through the same rotating argument sets as the chain (so that one call's data is not in
+L2 for the next), either blocking with a short host pause after each (every call starts on an idle GPU) or queued
+back to back (`queued=True`: the chain's steady state, without its add and reduction), then per call
 
   busy    the union of its kernels' intervals: the GPU time the call's kernels take (the figure kernels.py and
           speed_of_light.py set against the roofline);

@@ -11,9 +11,9 @@
    allow. Each sample enqueues QUEUED programs and waits once, so host dispatch overlaps device work as in a
    serving loop (_per_call_median); blocking_s is the same program waited for after every run (the harness of
    rounds 2-5, host dispatch included). Per-call time = total / calls.
-4. With --device-span N, also each call's device time alone (device_span.py: a profiler trace of N blocking calls;
-   device_busy_s, the union of the call's kernels' intervals, and each kernel's duration), which holds neither the
-   chain's add and reduction nor host dispatch.
+4. With --device-span N, also each call's device time alone (device_span.py: profiler traces of N blocking calls
+   and of N queued calls; device_busy_s / device_busy_queued_s, the union of the call's kernels' intervals, and each
+   kernel's duration), which holds neither the chain's add and reduction nor host dispatch.
 Rooflines: MLA = max(bytes/copy_bw, flops/matmul_rate), flops = 2*B*T*H*ctx*(576+512), bytes = cache
 (B*ctx*576*2) + queries + output. MoE = INT4 weights + scales of the experts hit / copy_bw (the
 compute term 6*M*D*I / matmul_rate is printed too).

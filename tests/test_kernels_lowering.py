@@ -67,6 +67,7 @@ MOE_KERNELS = {
                                                              num_warps_down=8),
     # both parts in one launch (one module)
     "gemv_pipelined": lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512),
+    "gemv_pipelined_wait_flags": lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, wait_flags=16),
     "gemv_pipelined_lag1_ticket": lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, lag=1,
                                                                                 ticket=True),
     # the down tile as one 8-row tile (the default at these token counts is two of 4 rows), both down kernels
@@ -111,6 +112,18 @@ def test_one_launch_wait_with_sleep_polls_volatile_loads_after_a_nanosleep(kerne
   assert "nanosleep.u32 300;" in slept and "scf.while" in slept
   assert "tt.load" in slept.split("scf.while", 1)[1] and "isVolatile = true" in slept
   assert "nanosleep" not in atomic_polls and "scf.while" in atomic_polls and "isVolatile = true" not in atomic_polls
+
+
+def test_gemv_pipelined_wait_flags_are_set_by_an_integer_exchange():
+  """wait_flags (grid_sync.arrive_and_broadcast): the last gate/up program's flags are one integer exchange on a
+  vector of i32 pointers (an add there would be lowered as a float add: kernel_checks), and the down programs still
+  poll in a loop."""
+  modules = []
+  lower_for_abstract_gpu(lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, wait_flags=16),
+                         *moe_args(4), on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
+  [module] = modules
+  assert any("atomic_rmw exch" in line and "tensor<16x!tt.ptr<i32>>" in line for line in module.splitlines())
+  assert "scf.while" in module
 
 
 @pytest.mark.parametrize("poll,sleep_ns", [("volatile", 0), ("volatile", 100), ("atomic", 0)])

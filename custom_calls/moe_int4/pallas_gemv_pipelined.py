@@ -20,6 +20,8 @@ The default L = N puts every gate/up program first: the two launches' order, wit
   (the order programs actually started in), which is safe under any scheduling, at one atomic per program.
 - A wait that gives up after grid_sync.SPIN_LIMIT polls writes NaN into its rows: a broken schedule fails the check
   instead of hanging the GPU.
+- `wait_flags` K > 0 (not timed yet): token t's last gate/up program sets K flags, each on its own line, and its
+  down programs poll one each, instead of all polling the counter its gate/up programs add to.
 - The counters (and the ticket) are words of the small constants array, which XLA makes in one fusion with the
   expert offset, so no zero-fill runs; the kernel updates them in place (an aliased output). With a literal offset
   that array is a compile-time constant: XLA's copy insertion then gives each call a fresh copy, as it does for any
@@ -48,13 +50,27 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from custom_calls.moe_int4.grid_sync import arrive, check_sleep_ns, counter_wait, poison_unless
+from custom_calls.moe_int4.grid_sync import (FLAG_STRIDE, arrive, arrive_and_broadcast, check_sleep_ns,
+                                             counter_wait, flag_index, poison_unless)
 from custom_calls.moe_int4.k_chunks import logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes
 from custom_calls.moe_int4.pallas_gemv import (check_experts, down_token_rows, gate_up_rows, tile_blocks,
                                                tile_options)
 
 _FIRST_COUNTER = 2          # consts: [expert offset, MAGIC, counter of token 0 .. N-1, ticket]
+                            # (+ with wait_flags K, from the next 128-byte line: K flags of token 0, 1, ..., one a line)
+
+
+def flags_base(tokens):
+  """consts' word of token 0's first flag (wait_flags): the first 128-byte line after the counters and the ticket."""
+  return -(-(_FIRST_COUNTER + tokens + 1) // FLAG_STRIDE) * FLAG_STRIDE
+
+
+def check_wait_flags(name, wait_flags):
+  """A wait_flags option: an int in [0, 256] (0: the down programs poll their token's counter)."""
+  if not (isinstance(wait_flags, int) and not isinstance(wait_flags, bool) and 0 <= wait_flags <= 256):
+    raise ValueError(f"{name}: wait_flags {wait_flags!r} must be an int in [0, 256] (0: poll the token's counter; K: "
+                     "the last gate/up program of a token sets K flags, and down program j polls flag j % K)")
 
 
 def program_place(q, *, tokens, gate_up_programs, down_programs, lag):
@@ -80,8 +96,9 @@ def program_place(q, *, tokens, gate_up_programs, down_programs, lag):
 def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, dw_ref, ds_ref,
                       hp_ref, out_ref, sync_ref, *, top_k, num_local, lag, ticket, block_n, block_n_down, block_k,
                       block_k_down, group_size, h_dtype, prefetch, unroll_pairs, nibble4_in_place, row_splits,
-                      wait_sleep_ns, interpret):
-  """One program of the grid (module docstring). consts (aliased by sync): [2 + N + 1] i32; ids/wts: [P];
+                      wait_sleep_ns, wait_flags, interpret):
+  """One program of the grid (module docstring). consts (aliased by sync): [2 + N + 1] i32 (with wait_flags K
+  > 0, then K flags a token from flags_base(N), one 128-byte line each); ids/wts: [P];
   xp: f32 [N, 8 * D/8] planes; gw/uw: int32 [E, I, D/8] (or k-chunked); hp: f32 [P, 8 * I/8] planes (rows of
   remote pairs unwritten); out: [N, D]."""
   tokens, d = out_ref.shape
@@ -93,6 +110,7 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
     q = pl.program_id(0)
   gate_up, t, j = program_place(q, tokens=tokens, gate_up_programs=g, down_programs=dn, lag=lag)
   in_place_gate_up, in_place_down = nibble4_in_place
+  token_flags = lambda t: flags_base(tokens) + t * wait_flags * FLAG_STRIDE      # token t's flag 0 (wait_flags)
 
   @pl.when(gate_up)
   def _():
@@ -111,11 +129,18 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
         pair(k)
     else:
       lax.fori_loop(0, top_k, lambda k, c: (pair(k), c)[1], 0)
-    arrive(sync_ref, _FIRST_COUNTER + t, interpret=interpret)
+    if wait_flags:
+      arrive_and_broadcast(sync_ref, _FIRST_COUNTER + t, g, token_flags(t), wait_flags, interpret=interpret)
+    else:
+      arrive(sync_ref, _FIRST_COUNTER + t, interpret=interpret)
 
   @pl.when(jnp.logical_not(gate_up))
   def _():
-    ok = counter_wait(sync_ref, _FIRST_COUNTER + t, g, interpret=interpret, sleep_ns=wait_sleep_ns)
+    if wait_flags:     # one of the K flags that token t's last gate/up program sets, not the counter all add to
+      ok = counter_wait(sync_ref, flag_index(token_flags(t), j % wait_flags), 1, interpret=interpret,
+                        sleep_ns=wait_sleep_ns)
+    else:
+      ok = counter_wait(sync_ref, _FIRST_COUNTER + t, g, interpret=interpret, sleep_ns=wait_sleep_ns)
     down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, j * block_n_down, t, top_k=top_k,
                     num_local=num_local, block_n=block_n_down, block_k=block_k_down, group_size=group_size,
                     prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=in_place_down,
@@ -125,13 +150,13 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
 @functools.partial(jax.jit, static_argnames=("group_size", "block_n", "block_n_down", "block_k", "block_k_down",
                                              "num_warps", "num_stages", "prefetch", "unroll_pairs",
                                              "nibble4_in_place", "down_row_splits", "lag", "ticket", "wait_sleep_ns",
-                                             "interpret"))
+                                             "wait_flags", "interpret"))
 def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                        down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                                        block_n_down=None, block_k=None, block_k_down=None, num_warps=None,
                                        num_stages=None, prefetch=None, unroll_pairs=True, nibble4_in_place=None,
                                        down_row_splits=None, lag=None, ticket=False, wait_sleep_ns=0,
-                                       interpret=False):
+                                       wait_flags=0, interpret=False):
   """Same contract as reference.routed_experts_int4_reference (stored or k-chunked arrays, as pallas_gemv).
 
   Options as routed_experts_int4_gemv's (defaults from default_gemv_blocks(N) and friends); the pairs are visited
@@ -139,6 +164,10 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   t follow the gate/up programs of token t + L (None, the default, or L >= N: every gate/up program first, the
   two launches' order in one launch). ticket: each program's place from an atomic counter (module docstring).
   wait_sleep_ns: how a down program polls its token's counter (grid_sync.counter_wait; > 0 measured slower).
+  wait_flags K > 0: the last gate/up program of token t sets K flags (grid_sync.arrive_and_broadcast) and down
+  program j of token t polls flag j % K instead of the counter every gate/up program adds to (the 896 down
+  programs of a token then spread their polls over K lines). Same results. Not timed yet (benchmarks/RESULTS.md,
+  issue 6 thirty-second round: the read-only bound with this wait is the question first).
   Returns [N, D] in x.dtype.
   """
   n, d = x.shape
@@ -158,20 +187,22 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
     raise ValueError(f"{name}: lag {lag!r} must be an int >= 1 (token t's down programs follow token t + lag's "
                      "gate/up programs)")
   check_sleep_ns(name, wait_sleep_ns)
+  check_wait_flags(name, wait_flags)
   nibble4_in_place, down_row_splits, prefetch = tile_options(name, n, block_n_down, nibble4_in_place,
                                                              down_row_splits, prefetch)
   p = n * top_k
   ids = expert_ids.reshape(p).astype(jnp.int32)
   wts = expert_weights.reshape(p).astype(jnp.float32)
   off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
-  consts = jnp.concatenate([off, jnp.full((1,), MAGIC, jnp.int32), jnp.zeros((n + 1,), jnp.int32)])
+  sync_words = flags_base(n) + n * wait_flags * FLAG_STRIDE if wait_flags else n + 1 + _FIRST_COUNTER
+  consts = jnp.concatenate([off, jnp.full((1,), MAGIC, jnp.int32), jnp.zeros((sync_words - 2,), jnp.int32)])
   xp = activation_planes(x, nibble4_in_place=nibble4_in_place[0]).reshape(n, d)   # f32 planes, pre-scaled
   grid = n * (inter // block_n + d // block_n_down)
   kernel = functools.partial(
       _pipelined_kernel, top_k=top_k, num_local=e, lag=lag, ticket=ticket, block_n=block_n,
       block_n_down=block_n_down, block_k=block_k, block_k_down=block_k_down, group_size=group_size, h_dtype=x.dtype,
       prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=nibble4_in_place, row_splits=down_row_splits,
-      wait_sleep_ns=wait_sleep_ns, interpret=interpret)
+      wait_sleep_ns=wait_sleep_ns, wait_flags=wait_flags, interpret=interpret)
   _, out, _ = pl.pallas_call(
       kernel, grid=(grid,),
       out_shape=(jax.ShapeDtypeStruct((p, inter), jnp.float32), jax.ShapeDtypeStruct((n, d), x.dtype),

@@ -128,7 +128,8 @@ def harness_floor(arg_sets):
   return timeit(lambda x: x, [a[:1] for a in arg_sets])
 
 
-# --device-span N: also the device time of one call, from a profiler trace of N blocking calls (device_span.py).
+# --device-span N: also the device time of one call, from profiler traces of N blocking and N queued calls
+# (device_span.py; about twice one trace's time per figure).
 DEVICE_SPAN_CALLS = 0
 
 

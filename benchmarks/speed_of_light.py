@@ -69,7 +69,7 @@ SPIN_LIMIT = 1 << 18          # polls of the counter before a read_1_* wait give
 SLEEP_NS = 200                # read_1_sleep: the nanosleep between two polls
 MOE_VARIANTS = ("read_2", "read_1", "read_1_spin", "read_1_sleep", "read_1_volatile", "read_1_flags",
                 "read_1_flags_volatile")
-NUM_FLAGS = 64                # read_1_flags*: flags the last gate/up program sets (896 down programs: 14 a flag)
+NUM_FLAGS = 64                # read_1_flags*: flags the last gate/up program sets (K2.6's 896 down programs: 14 a flag)
 FLAG_BASE = grid_sync.FLAG_STRIDE   # flag 0's word: the line after the one holding the offset and the counter
 
 
@@ -273,8 +273,8 @@ def time_variant(row, name, fn, arg_sets):
     return
   rec = {}
   kb.add_device_span(rec, fn, arg_sets)
-  for key in ("device_busy_s", "device_span_s", "device_kernels", "device_busy_queued_s", "device_kernels_queued",
-              "device_queued_error"):
+  for key in ("device_busy_s", "device_span_s", "device_kernels", "device_split", "device_busy_queued_s",
+              "device_kernels_queued", "device_queued_error"):
     if key in rec:
       row.setdefault(key, {})[name] = rec[key]
   if "device_span_error" in rec:

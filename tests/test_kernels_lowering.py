@@ -220,3 +220,11 @@ def test_tree_kernels_lower_for_h200():
   walk = lambda *a: tree_walk_pallas(*a, max_depth=8)
   assert lower_for_h200(walk, S((2, 33), jnp.int32), S((2, 33), jnp.int32), S((2, 33), jnp.bool_),
                         S((2, 33), jnp.int32)) == 1
+
+
+def test_arrive_and_broadcast_needs_a_power_of_two_of_flags():
+  """The flags are one Triton vector: a count Triton cannot build is refused by name before lowering."""
+  from custom_calls.moe_int4 import grid_sync
+  for bad in (0, 3, 48, 512, True, 2.0):
+    with pytest.raises(ValueError, match=f"arrive_and_broadcast: {bad!r} flags: expected a power of two"):
+      grid_sync.arrive_and_broadcast(None, 1, 4, 32, bad, interpret=True)

@@ -68,19 +68,21 @@ def test_mla_read_matches_reference():
 
 def test_table_gives_the_device_busy_time_next_to_the_chained_figure(monkeypatch):
   """time_variant records the chained figure, and with --device_span (kb.DEVICE_SPAN_CALLS) the device busy time
-  and span too (device_span.py's trace replaced here: it needs a GPU); the table prints the chained and busy times
-  with their fractions of bytes / copy_bw."""
+  and span of blocking calls and the busy time of queued ones too (device_span.py's trace replaced here: it needs a
+  GPU); the table prints the chained and busy times with their fractions of bytes / copy_bw."""
   import device_span
   monkeypatch.setattr(kb, "timeit", lambda fn, sets: 20e-6)
-  monkeypatch.setattr(device_span, "device_span", lambda fn, sets, n: dict(span_s=12.5e-6, busy_s=11e-6,
-                                                                           n_kernels=2))
+  def fake_device_span(fn, sets, n, queued=False):      # the blocking calls, then the same calls queued
+    return dict(span_s=12.5e-6, busy_s=9e-6 if queued else 11e-6, n_kernels=2, split="modules")
+  monkeypatch.setattr(device_span, "device_span", fake_device_span)
   row = dict(kind="moe", tokens=1, experts_hit=1, bytes=10_000_000, harness_s=4e-6, times_s={}, errors={})
   monkeypatch.setattr(kb, "DEVICE_SPAN_CALLS", 3)
   sol.time_variant(row, "read_1", None, [])
   monkeypatch.setattr(kb, "DEVICE_SPAN_CALLS", 0)
   sol.time_variant(row, "read_2", None, [])
   assert row["times_s"] == {"read_1": 20e-6, "read_2": 20e-6} and row["device_span_s"] == {"read_1": 12.5e-6}
-  assert row["device_busy_s"] == {"read_1": 11e-6}
+  assert row["device_busy_s"] == {"read_1": 11e-6} and row["device_busy_queued_s"] == {"read_1": 9e-6}
+  assert row["device_split"] == {"read_1": "modules"} and "device_queued_error" not in row
   line = sol.table([row], copy_bw=1e12)                 # roofline 10 us
   assert "read_1 20.0 us (0.50), busy 11.0 us (0.91)" in line and "read_2 20.0 us (0.50) " in line + " "
 

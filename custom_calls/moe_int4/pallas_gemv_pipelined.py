@@ -67,10 +67,12 @@ def flags_base(tokens):
 
 
 def check_wait_flags(name, wait_flags):
-  """A wait_flags option: an int in [0, 256] (0: the down programs poll their token's counter)."""
-  if not (isinstance(wait_flags, int) and not isinstance(wait_flags, bool) and 0 <= wait_flags <= 256):
-    raise ValueError(f"{name}: wait_flags {wait_flags!r} must be an int in [0, 256] (0: poll the token's counter; K: "
-                     "the last gate/up program of a token sets K flags, and down program j polls flag j % K)")
+  """A wait_flags option: 0 (the down programs poll their token's counter) or a power of two in [1, 256]."""
+  if not (isinstance(wait_flags, int) and not isinstance(wait_flags, bool) and 0 <= wait_flags <= 256
+          and wait_flags & (wait_flags - 1) == 0):
+    raise ValueError(f"{name}: wait_flags {wait_flags!r} must be 0 or a power of two in [1, 256] (0: poll the "
+                     "token's counter; K: the last gate/up program of a token sets K flags, one Triton vector, and "
+                     "down program j polls flag j % K)")
 
 
 def program_place(q, *, tokens, gate_up_programs, down_programs, lag):

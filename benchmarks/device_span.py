@@ -30,18 +30,24 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import xplane_timeline  # noqa: E402
 
 
-def span_stats(rows, n_calls, gap_us):
+def span_stats(rows, n_calls, gap_us, kernels_per_call=None):
   """{span_s, busy_s, n_kernels, split, kernels: [(name, median us)]} of `rows` (xplane_timeline.kernels' rows of a
   trace holding exactly n_calls calls; only the lines named "Stream ..." where there are such). The calls are the
-  "XLA Modules" line's events where it has n_calls of them, else blocks separated by more than gap_us of device
-  idle time (split: "modules" or "gaps", which one cut them). Raises ValueError when the rows do not split into
+  "XLA Modules" line's events where it has n_calls of them; else, given kernels_per_call K, runs of K kernels where
+  the stream lines hold n_calls * K kernels whose names repeat every K; else blocks separated by more than gap_us
+  of device idle time (split: "modules", "period" or "gaps", which one cut them). Raises ValueError when the rows do not split into
   n_calls calls (another program ran, or a call had a gap longer than gap_us inside). "kernels" only when every
   call ran the same ones."""
   streams = [r for r in rows if r[3].startswith("Stream")]
   modules = sorted(r for r in rows if r[3] == "XLA Modules")
   rows = streams or rows        # the CUDA streams' lines, not lines derived from them (e.g. "XLA Modules")
-  split = "modules" if streams and len(modules) == n_calls else "gaps"
-  if split == "modules":
+  names = [r[2] for r in streams]
+  k = kernels_per_call
+  periodic = bool(k) and len(streams) == n_calls * k and all(names[i] == names[i % k] for i in range(len(names)))
+  split = "modules" if streams and len(modules) == n_calls else "period" if periodic else "gaps"
+  if split == "period":
+    blocks = [streams[i * k:(i + 1) * k] for i in range(n_calls)]
+  elif split == "modules":
     # one "XLA Modules" event per call: each kernel belongs to the last call that started before it (robust to a
     # long launch gap inside a call, which the blocking calls' host side can make: round 32 saw one of 100+ us)
     blocks = [[] for _ in modules]
@@ -65,14 +71,16 @@ def span_stats(rows, n_calls, gap_us):
   return out
 
 
-def device_span(fn, arg_sets, n_calls=12, gap_us=100.0, pause_s=1e-3, trace_dir=None, queued=False):
+def device_span(fn, arg_sets, n_calls=12, gap_us=100.0, pause_s=1e-3, trace_dir=None, queued=False,
+                kernels_per_call=None):
   """span_stats of n_calls calls of jax.jit(fn), call i on arg_sets[i % len(arg_sets)], under the profiler (warmed
   up first, outside the trace). Needs a GPU: the trace's /device:GPU:0 plane.
 
   queued False: each call waited for, then pause_s of host sleep (every call starts on an idle GPU).
   queued True: all n_calls enqueued, then one wait: the calls' kernels run back to back as in a program that runs
-  many (the chain's steady state, without its add and reduction). Such calls can only be told apart by the trace's
-  "XLA Modules" events: a ValueError where it does not have one per call."""
+  many (the chain's steady state, without its add and reduction). Such calls are told apart by the trace's
+  "XLA Modules" events, or by kernels_per_call (the blocking calls' kernel count: runs of that many kernels whose
+  names repeat); a ValueError where neither cuts them."""
   import jax
   single = jax.jit(fn)
   for args in arg_sets:
@@ -90,8 +98,8 @@ def device_span(fn, arg_sets, n_calls=12, gap_us=100.0, pause_s=1e-3, trace_dir=
     jax.block_until_ready(outs)
   with tempfile.TemporaryDirectory() as tmp:
     path = xplane_timeline.record(run, trace_dir or os.path.join(tmp, "trace"))
-    stats = span_stats(xplane_timeline.kernels(path), n_calls, gap_us)
-  if queued and stats["split"] != "modules":
-    raise ValueError(f"device_span(queued=True): the trace has no \"XLA Modules\" event per call, so {n_calls} "
-                     "queued calls cannot be told apart")
+    stats = span_stats(xplane_timeline.kernels(path), n_calls, gap_us, kernels_per_call=kernels_per_call)
+  if queued and stats["split"] == "gaps":
+    raise ValueError(f"device_span(queued=True): the trace has no \"XLA Modules\" event per call and no run of "
+                     f"{kernels_per_call} kernels a call, so {n_calls} queued calls cannot be told apart")
   return stats

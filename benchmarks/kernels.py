@@ -151,7 +151,8 @@ def add_device_span(rec, fn, arg_sets):
              device_split=d.get("split"))
   note = ""
   try:     # the same calls queued: their kernels back to back, as in the chain (device_span.py, queued)
-    q = device_span.device_span(fn, arg_sets, DEVICE_SPAN_CALLS, queued=True)
+    per_call = int(d["n_kernels"]) if d["n_kernels"] == int(d["n_kernels"]) else None
+    q = device_span.device_span(fn, arg_sets, DEVICE_SPAN_CALLS, queued=True, kernels_per_call=per_call)
     rec.update(device_busy_queued_s=q["busy_s"], device_kernels_queued=q.get("kernels"))
     note = f", queued busy {q['busy_s'] * 1e3:.4f}"
   except Exception as e:  # noqa: BLE001 - the blocking figure stands without it

@@ -84,8 +84,9 @@ def test_device_span_warms_up_then_cycles_the_argument_sets(monkeypatch):
 
 
 def test_queued_calls_are_cut_at_the_module_events_only(monkeypatch):
-  """queued=True enqueues every call and waits once: back-to-back calls have no idle gap between them, so only the
-  trace's "XLA Modules" events can tell them apart; without one per call it is an error, not a figure."""
+  """queued=True enqueues every call and waits once: back-to-back calls have no idle gap between them, so the
+  trace's "XLA Modules" events cut them, or else the blocking calls' kernel count (runs of that many kernels whose
+  names repeat); where neither does it is an error, not a figure."""
   import jax.numpy as jnp
   back_to_back = sorted(sum((_call(i * 16e3, 10.0, 4.0) for i in range(4)), []))   # 16-us calls, no idle gap
   monkeypatch.setattr(device_span.xplane_timeline, "record", lambda run, trace_dir: (run(), "trace.xplane.pb")[1])
@@ -97,3 +98,9 @@ def test_queued_calls_are_cut_at_the_module_events_only(monkeypatch):
   monkeypatch.setattr(device_span.xplane_timeline, "kernels", lambda path: no_modules)
   with pytest.raises(ValueError, match="splits into 1 blocks"):
     device_span.device_span(lambda x: x * 2.0, sets, n_calls=4, queued=True)
+  # without module events, the blocking calls' kernel count cuts them: runs of 2 kernels, names repeating
+  got = device_span.device_span(lambda x: x * 2.0, sets, n_calls=4, queued=True, kernels_per_call=2)
+  assert got["split"] == "period" and got["busy_s"] == pytest.approx(14e-6)
+  assert got["kernels"] == [("gate_up", pytest.approx(10.0)), ("down", pytest.approx(4.0))]
+  with pytest.raises(ValueError, match="splits into 1 blocks"):          # 8 kernels are not 4 runs of 3
+    device_span.device_span(lambda x: x * 2.0, sets, n_calls=4, queued=True, kernels_per_call=3)

@@ -72,7 +72,7 @@ def test_table_gives_the_device_busy_time_next_to_the_chained_figure(monkeypatch
   GPU); the table prints the chained and busy times with their fractions of bytes / copy_bw."""
   import device_span
   monkeypatch.setattr(kb, "timeit", lambda fn, sets: 20e-6)
-  def fake_device_span(fn, sets, n, queued=False):      # the blocking calls, then the same calls queued
+  def fake_device_span(fn, sets, n, queued=False, kernels_per_call=None):   # blocking calls, then the same queued
     return dict(span_s=12.5e-6, busy_s=9e-6 if queued else 11e-6, n_kernels=2, split="modules")
   monkeypatch.setattr(device_span, "device_span", fake_device_span)
   row = dict(kind="moe", tokens=1, experts_hit=1, bytes=10_000_000, harness_s=4e-6, times_s={}, errors={})

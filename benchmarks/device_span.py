@@ -35,15 +35,16 @@ def span_stats(rows, n_calls, gap_us, kernels_per_call=None):
   trace holding exactly n_calls calls; only the lines named "Stream ..." where there are such). The calls are the
   "XLA Modules" line's events where it has n_calls of them; else, given kernels_per_call K, runs of K kernels where
   the stream lines hold n_calls * K kernels whose names repeat every K; else blocks separated by more than gap_us
-  of device idle time (split: "modules", "period" or "gaps", which one cut them). Raises ValueError when the rows do not split into
-  n_calls calls (another program ran, or a call had a gap longer than gap_us inside). "kernels" only when every
-  call ran the same ones."""
+  of device idle time (split: "modules", "period" or "gaps", which one cut them). Raises ValueError when the rows
+  do not split into n_calls calls (another program ran, or a call had a gap longer than gap_us inside). "kernels"
+  only when every call ran the same ones."""
   streams = [r for r in rows if r[3].startswith("Stream")]
   modules = sorted(r for r in rows if r[3] == "XLA Modules")
   rows = streams or rows        # the CUDA streams' lines, not lines derived from them (e.g. "XLA Modules")
-  names = [r[2] for r in streams]
+  stream_names = [r[2] for r in streams]
   k = kernels_per_call
-  periodic = bool(k) and len(streams) == n_calls * k and all(names[i] == names[i % k] for i in range(len(names)))
+  periodic = (bool(k) and len(streams) == n_calls * k
+              and all(name == stream_names[i % k] for i, name in enumerate(stream_names)))
   split = "modules" if streams and len(modules) == n_calls else "period" if periodic else "gaps"
   if split == "period":
     blocks = [streams[i * k:(i + 1) * k] for i in range(n_calls)]

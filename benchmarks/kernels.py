@@ -671,7 +671,8 @@ def main():
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")
   ap.add_argument("--budget", type=float, default=480.0, help="seconds after which remaining shapes are skipped")
   ap.add_argument("--device-span", type=int, default=0, metavar="N",
-                  help="also the device time of one call (device_span.py: a profiler trace of N blocking calls; "
+                  help="also the device time of one call (device_span.py: profiler traces of N blocking calls and "
+                       "of N queued ones; "
                        "the harness's add and reduction not in it), next to the chained figure. Needs a GPU")
   a = ap.parse_args()
   enable_device_span(a.device_span, a.smoke, "--device-span")

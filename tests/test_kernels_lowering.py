@@ -24,15 +24,17 @@ from tests.kernel_checks import assert_no_float_add_on_int_pointers
 S = jax.ShapeDtypeStruct
 
 
-def lower_for_h200(fn, *abstract_args):
+def lower_for_h200(fn, *abstract_args, asm_out=None):
   """Lower fn for CUDA with an abstract H200, verifying each Triton module (raises MLIRError with the
-  failing op on a bad one); returns the number of modules verified."""
+  failing op on a bad one); returns the number of modules verified. asm_out: a list that gets each module's text."""
   modules = []
 
   def verify(module):
     module.operation.verify()
     assert_no_float_add_on_int_pointers(module)
     modules.append(module)
+    if asm_out is not None:
+      asm_out.append(module.operation.get_asm(enable_debug_info=False))
 
   lower_for_abstract_gpu(fn, *abstract_args, on_module=verify)
   return len(modules)
@@ -67,7 +69,6 @@ MOE_KERNELS = {
                                                              num_warps_down=8),
     # both parts in one launch (one module)
     "gemv_pipelined": lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512),
-    "gemv_pipelined_wait_flags": lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, wait_flags=16),
     "gemv_pipelined_lag1_ticket": lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, lag=1,
                                                                                 ticket=True),
     # the down tile as one 8-row tile (the default at these token counts is two of 4 rows), both down kernels
@@ -115,13 +116,13 @@ def test_one_launch_wait_with_sleep_polls_volatile_loads_after_a_nanosleep(kerne
 
 
 def test_gemv_pipelined_wait_flags_are_set_by_an_integer_exchange():
-  """wait_flags (grid_sync.arrive_and_broadcast): the last gate/up program's flags are one integer exchange on a
-  vector of i32 pointers (an add there would be lowered as a float add: kernel_checks), and the down programs still
-  poll in a loop."""
-  modules = []
-  lower_for_abstract_gpu(lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, wait_flags=16),
-                         *moe_args(4), on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
-  [module] = modules
+  """wait_flags (grid_sync.arrive_and_broadcast): one verified module, in which the last gate/up program's flags are
+  one integer exchange on a vector of i32 pointers (an add there would be lowered as a float add: kernel_checks),
+  and the down programs still poll in a loop."""
+  asm = []
+  fn = lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, wait_flags=16)
+  assert lower_for_h200(fn, *moe_args(4), asm_out=asm) == 1
+  [module] = asm
   assert any("atomic_rmw exch" in line and "tensor<16x!tt.ptr<i32>>" in line for line in module.splitlines())
   assert "scf.while" in module
 

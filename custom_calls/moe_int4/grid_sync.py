@@ -60,9 +60,9 @@ def arrive_and_broadcast(sync_ref, index, total, flag_base, num_flags, *, interp
 
   Ordering: every producer's stores, then its release add; the last one's add acquires them all; a CTA barrier
   (its threads after that acquire), then one acquire-release exchange per flag (sets it to 1), all num_flags in one
-  vector exchange over the CTA's threads. Not an add: Pallas (jax 0.11.2) lowers an atomic add of an int32 VECTOR as a float add (its rule
-  tests the tensor type for an integer type), which on the GPU flushes the int's bits (a denormal) to 0: round 32's
-  first GPU run of this never set a flag. The interpreter has no exchange (its discharge rule), so interpreted
+  vector exchange over the CTA's threads. Not an add: Pallas (jax 0.11.2) lowers an atomic add of an int32 VECTOR
+  as a float add (its rule tests the tensor type for an integer type), which on the GPU flushes the int's bits (a
+  denormal) to 0: round 32's first GPU run of this never set a flag. The interpreter has no exchange (its discharge rule), so interpreted
   programs add 1 instead (the same flags, the same waits).
   sync_ref needs flag_index(flag_base, num_flags - 1) + 1 words; num_flags a power of two (Triton's tensor sizes)."""
   check_num_flags("arrive_and_broadcast", num_flags)
@@ -79,10 +79,16 @@ def arrive_and_broadcast(sync_ref, index, total, flag_base, num_flags, *, interp
     set_flags(sync_ref, flags, jnp.ones((num_flags,), jnp.int32))
 
 
+def valid_num_flags(num_flags):
+  """Whether arrive_and_broadcast takes this many flags: an int, a power of two (its flags are one Triton vector) in
+  [1, 256]."""
+  return (isinstance(num_flags, int) and not isinstance(num_flags, bool) and 1 <= num_flags <= 256
+          and num_flags & (num_flags - 1) == 0)
+
+
 def check_num_flags(where, num_flags):
-  """arrive_and_broadcast's flag count: a power of two (its flags are one Triton vector) in [1, 256]."""
-  if not (isinstance(num_flags, int) and not isinstance(num_flags, bool) and 1 <= num_flags <= 256
-          and num_flags & (num_flags - 1) == 0):
+  """arrive_and_broadcast's flag count (valid_num_flags), or a ValueError naming `where`."""
+  if not valid_num_flags(num_flags):
     raise ValueError(f"{where}: {num_flags!r} flags: expected a power of two in [1, 256] (the flags are set as one "
                      "Triton vector, whose size must be a power of two)")
 

@@ -51,7 +51,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.moe_int4.grid_sync import (FLAG_STRIDE, arrive, arrive_and_broadcast, check_sleep_ns,
-                                             counter_wait, flag_index, poison_unless)
+                                             counter_wait, flag_index, poison_unless, valid_num_flags)
 from custom_calls.moe_int4.k_chunks import logical_shape
 from custom_calls.moe_int4.nibbles import MAGIC, activation_planes
 from custom_calls.moe_int4.pallas_gemv import (check_experts, down_token_rows, gate_up_rows, tile_blocks,
@@ -67,9 +67,9 @@ def flags_base(tokens):
 
 
 def check_wait_flags(name, wait_flags):
-  """A wait_flags option: 0 (the down programs poll their token's counter) or a power of two in [1, 256]."""
-  if not (isinstance(wait_flags, int) and not isinstance(wait_flags, bool) and 0 <= wait_flags <= 256
-          and wait_flags & (wait_flags - 1) == 0):
+  """A wait_flags option: 0 (the down programs poll their token's counter) or a flag count grid_sync takes (a power
+  of two in [1, 256])."""
+  if not (valid_num_flags(wait_flags) or (wait_flags == 0 and type(wait_flags) is int)):
     raise ValueError(f"{name}: wait_flags {wait_flags!r} must be 0 or a power of two in [1, 256] (0: poll the "
                      "token's counter; K: the last gate/up program of a token sets K flags, one Triton vector, and "
                      "down program j polls flag j % K)")

@@ -36,7 +36,8 @@ def _mla_kernel(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mask_ref, o_ref, lse_r
   """One program: sequence b, rows [i*block_m, (i+1)*block_m), key split j.
 
   cl_ref [B] i32; q_ref [B, M, R]; qpe_ref [B, M, P]; ckv_ref [B, S, R]; kpe_ref [B, S, P];
-  mask_ref [B, T, T] i8; o_ref [B, NS, M, R]; lse_ref [B, NS, M] f32.
+  mask_ref [B, T, T] bool (read as bytes: Pallas casts a bool pointer to i8 and back, so XLA runs no convert before
+  the launch); o_ref [B, NS, M, R]; lse_ref [B, NS, M] f32.
   """
   b = pl.program_id(0)
   i = pl.program_id(1)
@@ -79,8 +80,8 @@ def _mla_kernel(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mask_ref, o_ref, lse_r
       in_blk = (rel >= 0) & (rel < num_q) & key_ok
       rel_c = jnp.clip(rel, 0, num_q - 1)
       gather_ok = in_blk[None, :] & row_ok[:, None]
-      tree = plgpu.load(mask_ref.at[b, t_of_row[:, None], rel_c[None, :]], mask=gather_ok, other=0)
-      vis = (keys < cache_len)[None, :] | (gather_ok & (tree != 0))
+      tree = plgpu.load(mask_ref.at[b, t_of_row[:, None], rel_c[None, :]], mask=gather_ok, other=False)
+      vis = (keys < cache_len)[None, :] | (gather_ok & tree)
       s = jnp.where(vis, s, -jnp.inf)
     m_new = jnp.maximum(m_i, jnp.max(s, axis=1))
     alpha = jnp.exp(m_i - m_new)
@@ -191,7 +192,7 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
       interpret=interpret,
       name="mla_tree_attention",
   )(cache_len.astype(jnp.int32), q_lat.reshape(bsz, m, r), q_pe.reshape(bsz, m, p), ckv, kpe,
-    block_mask.astype(jnp.int8))
+    block_mask.astype(jnp.bool_))
 
   if num_splits == 1:
     o = o_part[:, 0]                                               # its normalised output is the result

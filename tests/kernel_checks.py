@@ -1,4 +1,5 @@
-"""What the kernel tests compare with: the relative error of a kernel's output against its reference."""
+"""What the kernel tests compare with: the relative error of a kernel's output against its reference, and the
+Triton modules a function's kernels lower to for an H200 (checked, on any machine)."""
 import jax.numpy as jnp
 import numpy as np
 
@@ -18,3 +19,19 @@ def assert_no_float_add_on_int_pointers(module):
   bad = [line.strip() for line in module.operation.get_asm(enable_debug_info=False).splitlines()
          if "atomic_rmw fadd" in line and ("ptr<i32>" in line or "ptr<i64>" in line)]
   assert not bad, f"integer atomic add lowered as a float add: {bad[:2]}"
+
+
+def triton_modules_for_h200(fn, *abstract_args):
+  """jax.jit(fn) lowered for CUDA with an abstract H200 (custom_calls.gpu_lowering, no GPU needed): the text of each
+  Triton module its kernels build, in order, after the MLIR verifier (an MLIRError names the failing op) and
+  assert_no_float_add_on_int_pointers ran on it."""
+  from custom_calls.gpu_lowering import lower_for_abstract_gpu
+  texts = []
+
+  def check(module):
+    module.operation.verify()
+    assert_no_float_add_on_int_pointers(module)
+    texts.append(module.operation.get_asm(enable_debug_info=False))
+
+  lower_for_abstract_gpu(fn, *abstract_args, on_module=check)
+  return texts

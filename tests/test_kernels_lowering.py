@@ -19,25 +19,18 @@ from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.pallas_triton_pipelined import routed_experts_int4_grouped_one_launch
 from custom_calls.tree_build.pallas_triton import tree_build_pallas
 from custom_calls.tree_verify.pallas_triton import tree_walk_pallas
-from tests.kernel_checks import assert_no_float_add_on_int_pointers
+from tests.kernel_checks import triton_modules_for_h200
 
 S = jax.ShapeDtypeStruct
 
 
 def lower_for_h200(fn, *abstract_args, asm_out=None):
-  """Lower fn for CUDA with an abstract H200, verifying each Triton module (raises MLIRError with the
-  failing op on a bad one); returns the number of modules verified. asm_out: a list that gets each module's text."""
-  modules = []
-
-  def verify(module):
-    module.operation.verify()
-    assert_no_float_add_on_int_pointers(module)
-    modules.append(module)
-    if asm_out is not None:
-      asm_out.append(module.operation.get_asm(enable_debug_info=False))
-
-  lower_for_abstract_gpu(fn, *abstract_args, on_module=verify)
-  return len(modules)
+  """The number of Triton modules fn's kernels lower to for an H200, each verified (kernel_checks); asm_out: a list
+  that gets each module's text."""
+  texts = triton_modules_for_h200(fn, *abstract_args)
+  if asm_out is not None:
+    asm_out.extend(texts)
+  return len(texts)
 
 
 def moe_args(n, e=8, d=1024, inter=512, dtype=jnp.bfloat16):
@@ -104,10 +97,7 @@ def test_one_launch_wait_with_sleep_polls_volatile_loads_after_a_nanosleep(kerne
          "grouped_one_launch": lambda *a, **kw: routed_experts_int4_grouped_one_launch(*a, 0, **kw)}[kernel]
 
   def lowered(**kw):
-    modules = []
-    lower_for_abstract_gpu(lambda *a: run(*a, **kw), *moe_args(4),
-                           on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
-    [module] = modules
+    [module] = triton_modules_for_h200(lambda *a: run(*a, **kw), *moe_args(4))
     return module
   slept, atomic_polls = lowered(wait_sleep_ns=300), lowered()
   assert "nanosleep.u32 300;" in slept and "scf.while" in slept
@@ -138,11 +128,8 @@ def test_grid_sync_wait_lowers_each_way_to_poll(poll, sleep_ns):
     ok = grid_sync.counter_wait(sync_ref, pl.program_id(0), 3, interpret=False, poll=poll, sleep_ns=sleep_ns)
     out_ref[...] = jnp.full((16,), grid_sync.poison_unless(ok))
 
-  modules = []
   fn = lambda sync: pl.pallas_call(kernel, grid=(1,), out_shape=S((16,), jnp.float32))(sync)
-  lower_for_abstract_gpu(fn, S((4,), jnp.int32),
-                         on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
-  [module] = modules
+  [module] = triton_modules_for_h200(fn, S((4,), jnp.int32))
   loop = module.split("scf.while", 1)[1]
   assert ("isVolatile = true" in loop) == (poll == "volatile")
   assert ("nanosleep" in module) == (sleep_ns > 0)

@@ -92,21 +92,14 @@ def test_flags_are_set_by_an_exchange_on_the_gpu(variant):
   """The interpreter runs the discharge rules, not the Triton lowering: lowered for an abstract H200, the flags of
   grid_sync.arrive_and_broadcast are set by an integer exchange, and no integer atomic is lowered as a float add
   (round 32: an int32 vector add lowered as `fadd` left every flag 0 on the GPU)."""
-  from custom_calls.gpu_lowering import lower_for_abstract_gpu
-  from tests.kernel_checks import assert_no_float_add_on_int_pointers
+  from tests.kernel_checks import triton_modules_for_h200
   S = jax.ShapeDtypeStruct
   cfg = sol.moe_shape(smoke=True)[4][0]
   experts = []
   for rows, cols in ((I, D), (I, D), (D, I)):
     experts += [S((E, rows, cols // 8), jnp.int32), S((E, rows, cols // 32), jnp.bfloat16)]
-  asm = []
-
-  def check(module):
-    assert_no_float_add_on_int_pointers(module)
-    asm.append(module.operation.get_asm(enable_debug_info=False))
-
-  lower_for_abstract_gpu(functools.partial(sol.moe_read, variant=variant, cfg=cfg),
-                         S((1, D), jnp.bfloat16), S((1, 8), jnp.int32), *experts, on_module=check)
+  asm = triton_modules_for_h200(functools.partial(sol.moe_read, variant=variant, cfg=cfg),
+                                S((1, D), jnp.bfloat16), S((1, 8), jnp.int32), *experts)
   assert len(asm) == 1
   assert any("atomic_rmw exch" in line and "ptr<i32>" in line for line in asm[0].splitlines())
 

@@ -1,9 +1,7 @@
-# Issue 6, round 33, call 2: the marked GPU tests of what changed (the MLA Triton kernel now reads the bool mask
-# itself; the one-launch gemv's flag wait), then batch-1 MLA decode at 1K / 8K / 32K with kernel times (the
-# convert before the attention kernel should be gone). ~6 minutes; run with the run tool's timeout_s 600.
-mkdir -p $OUT/mla; nvidia-smi --query-gpu=name --format=csv
-timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_mla.py tests/test_moe_gemv_pipelined.py \
-  -k gpu 2>&1 | tail -5
-timeout 150 env PYTHONPATH=. OUT=$OUT/mla python3 benchmarks/kernels.py --only mla --mla-no-sweep --device-span 12 \
-  --budget 120 --mla-shapes "1,1,8,32768;1,1,8,8192;1,1,8,1024" > $OUT/mla.log 2>&1
-echo "mla rc $?"; grep -E "copy|^\| 1 \| 1 \|" $OUT/mla.log | cut -c1-300
+# Issue 6, round 33, call 2 (if a machine comes again): the 1-token read-only bounds with the waits (round 32's
+# call4.sh part), chained figure and kernel times. ~2.5 minutes.
+mkdir -p $OUT; nvidia-smi --query-gpu=name --format=csv
+timeout 140 env PYTHONPATH=. python3 benchmarks/speed_of_light.py --moe_tokens 1 --mla_ctx '' --moe_configs 1 \
+  --moe_variants read_2,read_1,read_1_spin,read_1_flags,read_1_flags_volatile --device_span 12 \
+  --out $OUT/speed_of_light.json > $OUT/sol.log 2>&1
+echo "sol rc $?"; grep -E "copy|error|^\| " $OUT/sol.log | cut -c1-400

@@ -20,7 +20,7 @@ The default L = N puts every gate/up program first: the two launches' order, wit
   (the order programs actually started in), which is safe under any scheduling, at one atomic per program.
 - A wait that gives up after grid_sync.SPIN_LIMIT polls writes NaN into its rows: a broken schedule fails the check
   instead of hanging the GPU.
-- `wait_flags` K > 0 (not timed yet): token t's last gate/up program sets K flags, each on its own line, and its
+- `wait_flags` K > 0 (not timed yet; see the function): token t's last gate/up program sets K flags, each on its own line, and its
   down programs poll one each, instead of all polling the counter its gate/up programs add to.
 - The counters (and the ticket) are words of the small constants array, which XLA makes in one fusion with the
   expert offset, so no zero-fill runs; the kernel updates them in place (an aliased output). With a literal offset
@@ -168,8 +168,9 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   wait_sleep_ns: how a down program polls its token's counter (grid_sync.counter_wait; > 0 measured slower).
   wait_flags K > 0: the last gate/up program of token t sets K flags (grid_sync.arrive_and_broadcast) and down
   program j of token t polls flag j % K instead of the counter every gate/up program adds to (the 896 down
-  programs of a token then spread their polls over K lines). Same results. Not timed yet (benchmarks/RESULTS.md,
-  issue 6 thirty-second round: the read-only bound with this wait is the question first).
+  programs of a token then spread their polls over K lines). Same results. Not timed yet: the flags work on the GPU
+  in the read-only bound (benchmarks/RESULTS.md, issue 6 thirty-third round), but at 1 token this kernel took
+  7 min 19 s to compile from its Triton IR for sm_90 (Triton 3.6.0, on a CPU), longer than that round's timing part.
   Returns [N, D] in x.dtype.
   """
   n, d = x.shape

@@ -20,8 +20,8 @@ The default L = N puts every gate/up program first: the two launches' order, wit
   (the order programs actually started in), which is safe under any scheduling, at one atomic per program.
 - A wait that gives up after grid_sync.SPIN_LIMIT polls writes NaN into its rows: a broken schedule fails the check
   instead of hanging the GPU.
-- `wait_flags` K > 0 (not timed yet; see the function): token t's last gate/up program sets K flags, each on its own line, and its
-  down programs poll one each, instead of all polling the counter its gate/up programs add to.
+- `wait_flags` K > 0 (not timed yet; see the function): token t's last gate/up program sets K flags, each on its
+  own line, and its down programs poll one each, instead of all polling the counter its gate/up programs add to.
 - The counters (and the ticket) are words of the small constants array, which XLA makes in one fusion with the
   expert offset, so no zero-fill runs; the kernel updates them in place (an aliased output). With a literal offset
   that array is a compile-time constant: XLA's copy insertion then gives each call a fresh copy, as it does for any

@@ -1,15 +1,17 @@
 """How XLA should build the MoE's activation planes (nibbles.activation_planes): the GPU time of each form.
 
-In round 32's traces (H100) the few-token dispatch spends 0.9 + 1.3 us before its kernels: XLA makes
-activation_planes (x [N, D] -> f32 [N, 8, D/8] planes, each pre-scaled by 2**-e_j) into TWO kernels, a multiply
-fusion and a transpose fusion, for 14-28 KB of data at 1 token. At 1 token the whole call is 18.4 us, so each of
-them is ~5% of it. The forms timed here give the same float32 numbers (checked bit for bit):
+In round 32's traces (H100) the few-token dispatch spends 0.9 + 1.3 us in two XLA kernels before its MoE kernels,
+read then as the planes (x [N, D] -> f32 [N, 8, D/8] planes, each pre-scaled by 2**-e_j) made into two fusions.
+At 1 token the whole call is 18.4 us, so each is ~5% of it. The forms timed here give the same float32 numbers
+(checked bit for bit):
   transpose           nibbles.activation_planes as of round 32: convert, multiply by the plane scales, swap axes;
-  transpose_first     swap axes first, then the multiply (can XLA put the scale in the transpose fusion?);
+  transpose_first     swap axes first, then the multiply;
   gather              x[:, PERM] * SCALE: a gather with a constant permutation (a loop fusion, no transpose);
   current             whatever nibbles.activation_planes is now (the form the dispatch runs).
 For each form and token count: the GPU time of one call alone (device_span.py: busy time and each kernel), and
 the dispatch (custom_calls.moe_int4, impl "pallas") at 1 and 4 tokens with each form patched in.
+Round 33 (H100, benchmarks/RESULTS.md): alone every form is one fusion, the transpose the fastest (1.06 us at 1
+token); in the dispatch the other 0.9-us kernel stays whatever the form, so it is not the planes.
 
 Usage (GPU): PYTHONPATH=. python3 benchmarks/planes_forms.py [--tokens 1,2,4,8,64] [--out F]
        (CPU): PYTHONPATH=. python3 benchmarks/planes_forms.py --check   (the bit-for-bit check only)

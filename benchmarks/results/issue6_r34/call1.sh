@@ -4,8 +4,9 @@
 #     (round 33: a 0.9-us "loop_multiply_fusion" that is not the activation planes);
 #  2. batch-1 MLA decode at 32K / 8K / 1K with kernel times (round 33's bool-mask kernel: no convert before it);
 #  3. round 33's call2: the 1-token read-only bounds with the waits (speed_of_light.py);
-#  4. the dispatch at 1 token against the one-launch gemv with the flag wait (wait_flags 64), with a timeout long
-#     enough for its compile (7 min 19 s from Triton IR on a 2-core CPU in round 33).
+#  4. the dispatch at 1 token against the one-launch gemv with the flag wait (wait_flags 64): first without the
+#     1-token default prefetch 1 (from Triton IR on this 2-core CPU it then compiles in 95 s instead of 7 min 19 s),
+#     next to the two launches without it, then with it, for as long as the part's timeout lets its compile run.
 mkdir -p $OUT/moe $OUT/mla; nvidia-smi --query-gpu=name --format=csv   # (8 files come back at most: 7 written)
 timeout 90 env PYTHONPATH=. python3 benchmarks/dispatch_hlo.py --tokens 1 --k_chunk 256 \
   --out $OUT/dispatch_hlo.txt > /tmp/hlo.log 2>&1
@@ -19,5 +20,7 @@ timeout 140 env PYTHONPATH=. python3 benchmarks/speed_of_light.py --moe_tokens 1
 echo "sol rc $?"; grep -E "copy|error|^\| " $OUT/sol.log | cut -c1-300
 timeout 265 env PYTHONPATH=. OUT=$OUT/moe python3 benchmarks/kernels.py --only moe --no-baselines --device-span 12 \
   --moe-rows 1 --moe-configs '[{"kernel": "default", "k_chunk": 256},
+    {"kernel": "gemv_pipelined", "k_chunk": 256, "wait_flags": 64, "prefetch": 0},
+    {"kernel": "gemv", "k_chunk": 256, "prefetch": 0},
     {"kernel": "gemv_pipelined", "k_chunk": 256, "wait_flags": 64}]' --budget 245 > $OUT/moe.log 2>&1
 echo "moe rc $?"; grep -E "copy|  moe M=" $OUT/moe.log | cut -c1-300

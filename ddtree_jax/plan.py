@@ -17,6 +17,7 @@ the larger of the two counts, plus `reserve` for XLA workspace / CUDA context.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Optional
 
@@ -122,6 +123,16 @@ def drafter_param_shapes(dcfg, dtype):
   return param_shapes(nnx.eval_shape(lambda: DFlashDrafter(dcfg, dtype=dtype, rngs=nnx.Rngs(0))))
 
 
+@functools.lru_cache(maxsize=64)
+def _weight_bytes_per_device(model: str, cfg, dtype, mesh_shape: tuple) -> int:
+  """Per-device parameter bytes of the target or drafter of `cfg` (a frozen, hashable config) on a mesh.
+  Cached: the abstract model of K2.6 takes seconds to build, and advice() makes dozens of plans of one config."""
+  from ddtree_jax import sharding
+  if model == "target":
+    return _param_bytes_per_device(target_param_shapes(cfg, dtype), mesh_shape, cfg, sharding.TARGET_RULES)
+  return _param_bytes_per_device(drafter_param_shapes(cfg, dtype), mesh_shape, cfg, sharding.DRAFTER_RULES)
+
+
 def make_plan(cfg, mesh_shape: tuple[int, int], *, context: int, batch: int = 1, budget: int = 0, dcfg=None,
               prompt_len: int = 0, prefill_chunk: Optional[int] = None, dtype_bytes: int = 2, attention: str = "pallas", moe: str = "pallas",
               device_bytes: Optional[int] = None, reserve: int = 2 * GIB, target_weights: Optional[int] = None,
@@ -131,14 +142,12 @@ def make_plan(cfg, mesh_shape: tuple[int, int], *, context: int, batch: int = 1,
   dequantised experts stay on chip) or "xla" (the reference: materialised). target_weights /
   drafter_weights: per-device bytes when already known (else computed from the abstract model)."""
   import jax.numpy as jnp
-  from ddtree_jax import sharding
   data, model = mesh_shape
   dt = {2: jnp.bfloat16, 4: jnp.float32}[dtype_bytes]
   if target_weights is None:
-    target_weights = _param_bytes_per_device(target_param_shapes(cfg, dt), mesh_shape, cfg, sharding.TARGET_RULES)
+    target_weights = _weight_bytes_per_device("target", cfg, dt, tuple(mesh_shape))
   if drafter_weights is None:
-    drafter_weights = (_param_bytes_per_device(drafter_param_shapes(dcfg, dt), mesh_shape, dcfg,
-                                               sharding.DRAFTER_RULES) if dcfg is not None else 0)
+    drafter_weights = _weight_bytes_per_device("drafter", dcfg, dt, tuple(mesh_shape)) if dcfg is not None else 0
   b_l = batch // data if data > 1 and batch % data == 0 else batch
   per_tok = cfg.num_hidden_layers * cfg.latent_dim * dtype_bytes
   target_cache = b_l * context * per_tok

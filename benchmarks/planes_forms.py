@@ -88,7 +88,7 @@ def main():
   import device_span
   import kernels as kb
   from custom_calls import moe_int4
-  from custom_calls.moe_int4 import pallas_gemv, pallas_gemv_pipelined
+  from custom_calls.moe_int4 import planes_consts
   print(jax.devices()[0].device_kind, flush=True)
   results = {"device": jax.devices()[0].device_kind, "planes": [], "dispatch": []}
   for n in tokens:
@@ -98,7 +98,7 @@ def main():
       results["planes"].append({"tokens": n, "form": name, "busy_us": d["busy_s"] * 1e6,
                                 "kernels": d.get("kernels")})
       print(f"planes N={n} {name:16s} busy {d['busy_s'] * 1e6:6.2f} us kernels {d.get('kernels')}", flush=True)
-  original = pallas_gemv.activation_planes
+  original = planes_consts.activation_planes
   for n in [int(t) for t in args.dispatch_tokens.split(",") if t]:
     sets = [kb.moe_inputs(200 + i, n, 48, D, 2048) for i in range(4)]
 
@@ -106,7 +106,7 @@ def main():
       return moe_int4.routed_experts_int4(x, ids, w, *experts, impl="pallas")
     ref = None
     for name, form in FORMS.items():
-      pallas_gemv.activation_planes = pallas_gemv_pipelined.activation_planes = form
+      planes_consts.activation_planes = form
       jax.clear_caches()              # the kernels' jitted wrappers traced the previous form
       try:
         out = np.asarray(jax.jit(dispatch)(*sets[0]), np.float32)
@@ -114,7 +114,7 @@ def main():
         same = bool(np.array_equal(out, ref))
         d = device_span.device_span(dispatch, sets, args.calls)
       finally:
-        pallas_gemv.activation_planes = pallas_gemv_pipelined.activation_planes = original
+        planes_consts.activation_planes = original
       results["dispatch"].append({"tokens": n, "form": name, "busy_us": d["busy_s"] * 1e6, "same_output": same,
                                   "kernels": d.get("kernels")})
       print(f"dispatch N={n} {name:16s} busy {d['busy_s'] * 1e6:6.2f} us same {same} kernels {d.get('kernels')}",

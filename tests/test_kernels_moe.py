@@ -357,7 +357,7 @@ def test_gemv_down_row_splits_agree(chunk, opts):
 
 
 def test_gemv_activation_planes():
-  from custom_calls.moe_int4.pallas_gemv import activation_planes
+  from custom_calls.moe_int4.nibbles import activation_planes
   x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 64)), jnp.float32)
   xp = np.asarray(activation_planes(x))                                  # [2, 8, 8]
   xs = np.asarray(activation_planes(x, nibble4_in_place=False))

@@ -13,8 +13,8 @@ per SM on an H200). In token order this path has no routing sort and no atomics:
   A tensor-core variant of the tile (rows padded to 16 against bf16_planes.py's planes) was measured slower at
   every token count from 1 to 32 on the H200 and removed (benchmarks/RESULTS.md, issue 6 sixth round).
 - Weights are dequantised as nibble planes and activations arrive in the matching planes layout
-  (nibbles.py): x is rearranged by XLA (`activation_planes`); h is written by the gate/up kernel
-  straight in that layout.
+  (nibbles.py): x is rearranged by XLA (`activation_planes`, in one int32 array with the kernels' constant words:
+  planes_consts.py); h is written by the gate/up kernel straight in that layout.
 - Down: program j walks tokens in order and their top-k pairs, summing weight * y in registers, and
   writes out[token, tile] once: every output element is written exactly once, no zero-fill. Its 8-row tile is
   reduced as two 4-row tiles (`down_row_splits`), whose scale tiles Triton loads in the group sums' layout: no
@@ -49,19 +49,21 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
                                             load_scale_tile, load_word_tile, logical_shape)
-from custom_calls.moe_int4.nibbles import MAGIC, activation_planes, nibble_planes, plane_columns, plane_scale
+from custom_calls.moe_int4.nibbles import nibble_planes, plane_columns, plane_scale
+from custom_calls.moe_int4.planes_consts import MAGIC_WORD, OFFSET_WORD, load_planes, planes_and_consts, planes_base
 from custom_calls.pow2 import is_pow2, next_pow2
 
 
 def _tile_gemv(mats, e, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
-               nibble4_in_place, prefetch=0):
+               nibble4_in_place, prefetch=0, act_at=None):
   """For each (w_ref, s_ref, n0) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   mats: tiles of BN output rows each, from one matrix or several (gate and up at the same rows; the down
   kernel's halves of one matrix, row_splits), all reduced against the same activation loads.
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
-  nibble planes (plane j at columns [j*K/8, (j+1)*K/8)); act_rows / act_ok: R scalars (i32 row, bool: row r's
-  result is used; act_rows[0] must be a valid row);
+  nibble planes (plane j at columns [j*K/8, (j+1)*K/8)), or with act_at = (base, K) the int32 array of
+  planes_consts.py (the same planes as bits, row r from word base + r * K); act_rows / act_ok: R scalars (i32 row,
+  bool: row r's result is used; act_rows[0] must be a valid row);
   magic: nibbles.MAGIC as a runtime scalar (see nibbles.nibble_planes); nibble4_in_place: the extraction
   (nibbles.py) the activation planes were pre-scaled for.
   Returns [[BN] per row] per mat. Every row shares one dequantisation of the [BN, BK/8] word tile.
@@ -85,7 +87,7 @@ def _tile_gemv(mats, e, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n
   The last step is peeled, so no step is loaded twice and nothing past K is read.
   """
   bk8 = block_k // 8
-  k8 = act_ref.shape[1] // 8
+  k8 = (act_at[1] if act_at else act_ref.shape[1]) // 8
   wpg = group_size // 8                                  # words per scale group
   # k-chunked words with a K step of several chunks: [NC, BN, C/8] tiles (NC contiguous [BN, C/8] pieces, the
   # same access granularity as the stored layout's BN rows); otherwise [BN, BK/8] tiles.
@@ -113,6 +115,8 @@ def _tile_gemv(mats, e, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n
 
   def load_acts(c):
     kw0 = c * bk8
+    if act_at:
+      return [[load_planes(act_ref, *act_at, row, cols + (j * k8 + kw0)) for j in range(8)] for row in safe_rows]
     return [[act_ref[row, cols + (j * k8 + kw0)] for j in range(8)] for row in safe_rows]   # R x 8 x cols' shape
 
   def load(c):
@@ -187,21 +191,21 @@ def _local_ranks(ids_ref, expert_offset, num_local):
   return idx, e, local, rank, jnp.sum(local.astype(jnp.int32))
 
 
-def gate_up_rows(consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_run, e, *, top_k,
+def gate_up_rows(xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_run, e, *, top_k, planes_at,
                  block_n, block_k, group_size, h_dtype, prefetch, nibble4_in_place, h_nibble4_in_place):
   """h[p, n0:n0+BN] = SiLU(x W_gate^T) * (x W_up^T) (rounded to h_dtype, written in the planes layout) for the
   run's pairs p (R i32 scalars; in_run[r]: pair r belongs to the run; in_run[0]: the run's expert e is local).
-  Refs as in _gate_up_kernel."""
-  chunks = xp_ref.shape[1] // block_k
+  Refs as in _gate_up_kernel; planes_at: (planes_base, D) of xc (planes_consts.py)."""
+  chunks = planes_at[1] // block_k
   cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
   h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
 
   @pl.when(in_run[0])
   def _():
-    g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref, n0), (uw_ref, us_ref, n0)), e, xp_ref,
-                                [p // top_k for p in pairs], in_run, chunks, consts_ref[1], block_n=block_n,
+    g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref, n0), (uw_ref, us_ref, n0)), e, xc_ref,
+                                [p // top_k for p in pairs], in_run, chunks, xc_ref[MAGIC_WORD], block_n=block_n,
                                 block_k=block_k, group_size=group_size, nibble4_in_place=nibble4_in_place,
-                                prefetch=prefetch)                                           # R x [BN] each
+                                prefetch=prefetch, act_at=planes_at)                         # R x [BN] each
     for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
       h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
       h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
@@ -209,35 +213,37 @@ def gate_up_rows(consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0,
 
 
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
-                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place):
+                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place, planes_at):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
   visits: "token_order" (position i is pair i; every pair is visited), "order" (the positions are the order
   array's pairs, the first `count` of them local), or "ranked" (position r is the local pair of rank r in token
   order, which every program works out itself, _local_ranks: no XLA kernels before this one).
-  refs: consts, count, order, ids, xp, gw, gs, uw, us, hp; without count and order unless visits == "order".
-  consts: [2] i32 (expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each position;
-  ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
-  xp: f32 [N, 8 * D/8] planes, pre-scaled;
+  refs: xc, count, order, ids, gw, gs, uw, us, hp; without count and order unless visits == "order".
+  xc: int32, planes_consts.py's constants (the expert offset, MAGIC) and the activation planes [N, 8 * D/8]
+  (pre-scaled, as bits from word planes_at[0]); count: [1] i32 positions to visit; order: [P] i32 pair at each
+  position; ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
   pairs unwritten).
-  nibble4_in_place: xp's extraction (nibbles.py); h_nibble4_in_place: the down kernel's, which hp is pre-scaled for.
+  nibble4_in_place: the x planes' extraction (nibbles.py); h_nibble4_in_place: the down kernel's, which hp is
+  pre-scaled for.
   """
   if visits == "order":
-    consts_ref, count_ref, order_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
+    xc_ref, count_ref, order_ref, ids_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count = count_ref[0]
   else:
-    consts_ref, ids_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
+    xc_ref, ids_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count, order_ref = ids_ref.shape[0], None
   n0 = pl.program_id(0) * block_n
-  gemv_run = functools.partial(gate_up_rows, consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0,
-                               top_k=top_k, block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=h_dtype,
+  gemv_run = functools.partial(gate_up_rows, xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0,
+                               top_k=top_k, planes_at=planes_at, block_n=block_n, block_k=block_k,
+                               group_size=group_size, h_dtype=h_dtype,
                                prefetch=prefetch, nibble4_in_place=nibble4_in_place,
                                h_nibble4_in_place=h_nibble4_in_place)
 
   if visits == "ranked":
-    idx, local_e, local, rank, count = _local_ranks(ids_ref, consts_ref[0], num_local)
+    idx, local_e, local, rank, count = _local_ranks(ids_ref, xc_ref[OFFSET_WORD], num_local)
 
     def visit_rank(r):
       hit = local & (rank == r)                                   # exactly one pair has rank r < count
@@ -248,8 +254,8 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     return
 
   def visit(i):
-    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, consts_ref[0], rows_per_run=rows_per_run,
-                                       num_local=num_local)
+    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, xc_ref[OFFSET_WORD],
+                                       rows_per_run=rows_per_run, num_local=num_local)
     gemv_run(pairs, in_run, e)
     return i + (length if pair_splits == 1 else pair_splits)      # pair_splits > 1: runs of one pair
 
@@ -269,7 +275,7 @@ def _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits):
   return sub_n, tuple((dw_ref, ds_ref, n0 + i * sub_n) for i in range(row_splits))
 
 
-def down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n0, t, *, top_k, num_local,
+def down_token_rows(xc_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n0, t, *, top_k, num_local,
                     block_n, block_k, group_size, prefetch, unroll_pairs, nibble4_in_place, row_splits, poison=None):
   """out[t, n0:n0+BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over token t's local pairs, summed in
   registers and written once. Refs as in _down_token_kernel; poison: None, or an f32 scalar added to every
@@ -279,10 +285,10 @@ def down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_re
 
   def pair(k, acc):
     p = t * top_k + k
-    e = ids_ref[p] - consts_ref[0]
+    e = ids_ref[p] - xc_ref[OFFSET_WORD]
 
     def add_pair():
-      ys = _tile_gemv(tiles, e, hp_ref, [p], [True], chunks, consts_ref[1], block_n=sub_n, block_k=block_k,
+      ys = _tile_gemv(tiles, e, hp_ref, [p], [True], chunks, xc_ref[MAGIC_WORD], block_n=sub_n, block_k=block_k,
                       group_size=group_size, nibble4_in_place=nibble4_in_place, prefetch=prefetch)
       return tuple(a + wts_ref[p] * y for a, (y,) in zip(acc, ys))          # row_splits x [sub_n]
     return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
@@ -299,7 +305,7 @@ def down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_re
     out_ref[t, pl.ds(row0, sub_n)] = a.astype(out_ref.dtype)
 
 
-def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
+def _down_token_kernel(xc_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, *, top_k, num_local, block_n,
                        block_k, group_size, pair_splits, prefetch, unroll_pairs, nibble4_in_place, row_splits):
   """Program (j, s): out[t, j*BN:(j+1)*BN] = sum_k w[t, k] * (h[t*K + k] @ W_down[e_tk]^T) over local pairs
   for tokens t = s, s + S, ..., summed in registers and written once per token (no zero-fill, no atomics).
@@ -310,7 +316,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
   n0 = pl.program_id(0) * block_n
 
   def token(t):
-    down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n0, t, top_k=top_k,
+    down_token_rows(xc_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n0, t, top_k=top_k,
                     num_local=num_local, block_n=block_n, block_k=block_k, group_size=group_size, prefetch=prefetch,
                     unroll_pairs=unroll_pairs, nibble4_in_place=nibble4_in_place, row_splits=row_splits)
     return t + pair_splits
@@ -318,7 +324,7 @@ def _down_token_kernel(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out
   lax.while_loop(lambda t: t < out_ref.shape[0], token, pl.program_id(1))   # tokens s, s + S, ...
 
 
-def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
+def _down_sorted_kernel(xc_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out0_ref, out_ref,
                         *, top_k, num_local, rows_per_run, block_n, block_k, group_size, pair_splits, prefetch,
                         nibble4_in_place, row_splits):
   """Program (j, s): for each run of same-expert pairs (visiting order; positions s, s + S, ... when S > 1),
@@ -331,12 +337,12 @@ def _down_sorted_kernel(consts_ref, count_ref, order_ref, ids_ref, wts_ref, hp_r
   sub_n, tiles = _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits)
 
   def visit(i):
-    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, consts_ref[0], rows_per_run=rows_per_run,
-                                       num_local=num_local)
+    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, xc_ref[OFFSET_WORD],
+                                       rows_per_run=rows_per_run, num_local=num_local)
 
     @pl.when(in_run[0])
     def _():
-      ys = _tile_gemv(tiles, e, hp_ref, pairs, in_run, chunks, consts_ref[1], block_n=sub_n, block_k=block_k,
+      ys = _tile_gemv(tiles, e, hp_ref, pairs, in_run, chunks, xc_ref[MAGIC_WORD], block_n=sub_n, block_k=block_k,
                       group_size=group_size, nibble4_in_place=nibble4_in_place, prefetch=prefetch)
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
@@ -537,7 +543,6 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   ids = expert_ids.reshape(p).astype(jnp.int32)
   wts = expert_weights.reshape(p).astype(jnp.float32)
   off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
-  consts = jnp.concatenate([off, jnp.full((1,), MAGIC, jnp.int32)])
   in_token_order = not sort_pairs and (pair_splits == 1 or not compact_pairs)
   if rank_in_kernel and (sort_pairs or pair_splits == 1 or p > RANK_IN_KERNEL_MAX_PAIRS):
     raise ValueError(f"routed_experts_int4_gemv: rank_in_kernel needs pairs in token order (sort_pairs False), "
@@ -562,17 +567,20 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   common_down = dict(common, block_k=block_k_down, nibble4_in_place=in_place_down, row_splits=down_row_splits)
   token_splits = min(pair_splits, n)             # the down kernel in token order: more splits than tokens idle
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
-  xp = activation_planes(x, nibble4_in_place=in_place_gate_up).reshape(n, d)   # f32 planes, pre-scaled
+  # The constants and the f32 planes (pre-scaled) in one int32 array: one XLA kernel before these (planes_consts.py)
+  xc = planes_and_consts(x, expert_offset, 2, in_place_gate_up)
+  planes_at = (planes_base(2), d)
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, visits="token_order" if in_token_order else "ranked" if rank_in_kernel
                         else "order", block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
                         unroll_pairs=unroll and in_token_order and pair_splits == 1 and rows_per_run == 1,
-                        nibble4_in_place=in_place_gate_up, h_nibble4_in_place=in_place_down, **common),
+                        nibble4_in_place=in_place_gate_up, h_nibble4_in_place=in_place_down, planes_at=planes_at,
+                        **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",
-  )(consts, *order_args, ids, xp, gate_packed, gate_scale, up_packed, up_scale)
+  )(xc, *order_args, ids, gate_packed, gate_scale, up_packed, up_scale)
 
   if not sort_pairs:
     return pl.pallas_call(
@@ -581,12 +589,12 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
         grid=(d // block_n_down, token_splits),
         out_shape=jax.ShapeDtypeStruct((n, d), x.dtype),
         compiler_params=params_down, interpret=interpret, name="moe_int4_down_gemv",
-    )(consts, ids, wts, hp, down_packed, down_scale)
+    )(xc, ids, wts, hp, down_packed, down_scale)
   out = pl.pallas_call(
       functools.partial(_down_sorted_kernel, block_n=block_n_down, rows_per_run=rows_per_run, **common_down),
       grid=(d // block_n_down, pair_splits),
       out_shape=jax.ShapeDtypeStruct((n, d), jnp.float32),
       input_output_aliases={8: 0},
       compiler_params=params_down, interpret=interpret, name="moe_int4_down_gemv_sorted",
-  )(consts, *order_args, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
+  )(xc, *order_args, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
   return out.astype(x.dtype)

@@ -22,10 +22,10 @@ The default L = N puts every gate/up program first: the two launches' order, wit
   instead of hanging the GPU.
 - `wait_flags` K > 0 (not timed yet; see the function): token t's last gate/up program sets K flags, each on its
   own line, and its down programs poll one each, instead of all polling the counter its gate/up programs add to.
-- The counters (and the ticket) are words of the small constants array, which XLA makes in one fusion with the
-  expert offset, so no zero-fill runs; the kernel updates them in place (an aliased output). With a literal offset
-  that array is a compile-time constant: XLA's copy insertion then gives each call a fresh copy, as it does for any
-  in-place update of a constant (test_gpu_kernel calls the kernel twice in one program to check that).
+- The counters (and the ticket) are constant words at the head of the kernel's int32 input, which XLA makes in
+  one kernel with the expert offset and the activation planes (planes_consts.py), so no zero-fill runs and no
+  copy of a constant; the kernel updates them in place (an aliased output). XLA makes that array anew for each call
+  (test_gpu_kernel calls the kernel twice in one program to check that the second call's counters start at 0).
 - No compaction of the local pairs: G(t) and D(t) visit token t's top-k pairs and skip the remote ones, as the
   down kernel always has. A token with no local pair makes empty programs.
 
@@ -53,16 +53,16 @@ from jax.experimental.pallas import triton as plgpu
 from custom_calls.moe_int4.grid_sync import (FLAG_STRIDE, arrive, arrive_and_broadcast, check_sleep_ns,
                                              counter_wait, flag_index, poison_unless, valid_num_flags)
 from custom_calls.moe_int4.k_chunks import logical_shape
-from custom_calls.moe_int4.nibbles import MAGIC, activation_planes
+from custom_calls.moe_int4.planes_consts import OFFSET_WORD, planes_and_consts, planes_base
 from custom_calls.moe_int4.pallas_gemv import (check_experts, down_token_rows, gate_up_rows, tile_blocks,
                                                tile_options)
 
-_FIRST_COUNTER = 2          # consts: [expert offset, MAGIC, counter of token 0 .. N-1, ticket]
+_FIRST_COUNTER = 2          # constant words: [expert offset, MAGIC, counter of token 0 .. N-1, ticket]
                             # (+ with wait_flags K, from the next 128-byte line: K flags of token 0, 1, ..., one a line)
 
 
 def flags_base(tokens):
-  """consts' word of token 0's first flag (wait_flags): the first 128-byte line after the counters and the ticket."""
+  """The constant word of token 0's first flag (wait_flags): the first 128-byte line after the counters and the ticket."""
   return -(-(_FIRST_COUNTER + tokens + 1) // FLAG_STRIDE) * FLAG_STRIDE
 
 
@@ -95,14 +95,14 @@ def program_place(q, *, tokens, gate_up_programs, down_programs, lag):
   return gate_up, token, tile
 
 
-def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, dw_ref, ds_ref,
+def _pipelined_kernel(xc_ref, ids_ref, wts_ref, gw_ref, gs_ref, uw_ref, us_ref, dw_ref, ds_ref,
                       hp_ref, out_ref, sync_ref, *, top_k, num_local, lag, ticket, block_n, block_n_down, block_k,
                       block_k_down, group_size, h_dtype, prefetch, unroll_pairs, nibble4_in_place, row_splits,
-                      wait_sleep_ns, wait_flags, interpret):
-  """One program of the grid (module docstring). consts (aliased by sync): [2 + N + 1] i32 (with wait_flags K
-  > 0, then K flags a token from flags_base(N), one 128-byte line each); ids/wts: [P];
-  xp: f32 [N, 8 * D/8] planes; gw/uw: int32 [E, I, D/8] (or k-chunked); hp: f32 [P, 8 * I/8] planes (rows of
-  remote pairs unwritten); out: [N, D]."""
+                      wait_sleep_ns, wait_flags, planes_at, interpret):
+  """One program of the grid (module docstring). xc (aliased by sync): int32, planes_consts.py's array: the
+  constant words [2 + N + 1] (with wait_flags K > 0, then K flags a token from flags_base(N), one 128-byte line
+  each), then the f32 planes [N, 8 * D/8] as bits from word planes_at[0]; ids/wts: [P]; gw/uw: int32 [E, I, D/8]
+  (or k-chunked); hp: f32 [P, 8 * I/8] planes (rows of remote pairs unwritten); out: [N, D]."""
   tokens, d = out_ref.shape
   inter = hp_ref.shape[1]
   g, dn = inter // block_n, d // block_n_down
@@ -116,14 +116,14 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
 
   @pl.when(gate_up)
   def _():
-    run = functools.partial(gate_up_rows, consts_ref, xp_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, j * block_n,
-                            top_k=top_k, block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=h_dtype,
+    run = functools.partial(gate_up_rows, xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, j * block_n,
+                            top_k=top_k, planes_at=planes_at, block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=h_dtype,
                             prefetch=prefetch, nibble4_in_place=in_place_gate_up,
                             h_nibble4_in_place=in_place_down)
 
     def pair(k):
       p = t * top_k + k
-      e = ids_ref[p] - consts_ref[0]
+      e = ids_ref[p] - xc_ref[OFFSET_WORD]
       run([p], [(e >= 0) & (e < num_local)], e)
 
     if unroll_pairs:
@@ -143,7 +143,7 @@ def _pipelined_kernel(consts_ref, ids_ref, wts_ref, xp_ref, gw_ref, gs_ref, uw_r
                         sleep_ns=wait_sleep_ns)
     else:
       ok = counter_wait(sync_ref, _FIRST_COUNTER + t, g, interpret=interpret, sleep_ns=wait_sleep_ns)
-    down_token_rows(consts_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, j * block_n_down, t, top_k=top_k,
+    down_token_rows(xc_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, j * block_n_down, t, top_k=top_k,
                     num_local=num_local, block_n=block_n_down, block_k=block_k_down, group_size=group_size,
                     prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=in_place_down,
                     row_splits=row_splits, poison=poison_unless(ok))
@@ -196,22 +196,23 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   p = n * top_k
   ids = expert_ids.reshape(p).astype(jnp.int32)
   wts = expert_weights.reshape(p).astype(jnp.float32)
-  off = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
   sync_words = flags_base(n) + n * wait_flags * FLAG_STRIDE if wait_flags else n + 1 + _FIRST_COUNTER
-  consts = jnp.concatenate([off, jnp.full((1,), MAGIC, jnp.int32), jnp.zeros((sync_words - 2,), jnp.int32)])
-  xp = activation_planes(x, nibble4_in_place=nibble4_in_place[0]).reshape(n, d)   # f32 planes, pre-scaled
+  # The constant words (the counters zero) and the f32 planes (pre-scaled) in one int32 array: one XLA kernel
+  # before this one (planes_consts.py)
+  xc = planes_and_consts(x, expert_offset, sync_words, nibble4_in_place[0])
   grid = n * (inter // block_n + d // block_n_down)
   kernel = functools.partial(
       _pipelined_kernel, top_k=top_k, num_local=e, lag=lag, ticket=ticket, block_n=block_n,
       block_n_down=block_n_down, block_k=block_k, block_k_down=block_k_down, group_size=group_size, h_dtype=x.dtype,
       prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=nibble4_in_place, row_splits=down_row_splits,
-      wait_sleep_ns=wait_sleep_ns, wait_flags=wait_flags, interpret=interpret)
+      wait_sleep_ns=wait_sleep_ns, wait_flags=wait_flags, planes_at=(planes_base(sync_words), d),
+      interpret=interpret)
   _, out, _ = pl.pallas_call(
       kernel, grid=(grid,),
       out_shape=(jax.ShapeDtypeStruct((p, inter), jnp.float32), jax.ShapeDtypeStruct((n, d), x.dtype),
-                 jax.ShapeDtypeStruct(consts.shape, jnp.int32)),
+                 jax.ShapeDtypeStruct(xc.shape, jnp.int32)),
       input_output_aliases={0: 2},
       compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages),
       interpret=interpret, name="moe_int4_gemv_pipelined",
-  )(consts, ids, wts, xp, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale)
+  )(xc, ids, wts, gate_packed, gate_scale, up_packed, up_scale, down_packed, down_scale)
   return out

@@ -52,7 +52,7 @@ def flag_index(flag_base, k):
   return flag_base + k * FLAG_STRIDE
 
 
-def arrive_and_broadcast(sync_ref, index, total, flag_base, num_flags, *, interpret):
+def arrive_and_broadcast(sync_ref, index, total, flag_base, num_flags, *, interpret, index_of=None):
   """arrive() on word `index`; the program whose add brings it to `total` (the last producer) then sets
   num_flags flags (words flag_index(flag_base, k), each on its own 128-byte line) to 1, so that consumers poll one
   flag each (counter_wait(sync_ref, flag_index(flag_base, k), 1)) instead of all polling the word every producer
@@ -64,7 +64,9 @@ def arrive_and_broadcast(sync_ref, index, total, flag_base, num_flags, *, interp
   as a float add (its rule tests the tensor type for an integer type), which on the GPU flushes the int's bits (a
   denormal) to 0: round 32's first GPU run of this never set a flag. The interpreter has no exchange (its discharge rule), so interpreted
   programs add 1 instead (the same flags, the same waits).
-  sync_ref needs flag_index(flag_base, num_flags - 1) + 1 words; num_flags a power of two (Triton's tensor sizes)."""
+  sync_ref needs flag_index(flag_base, num_flags - 1) + 1 words; num_flags a power of two (Triton's tensor sizes).
+  index_of: word -> sync_ref's index of that word (an int32 vector of words in, a tuple of index vectors out) where
+  sync_ref is not a vector of words (pallas_gemv_pipelined's [rows, D] array); `index` is then such an index too."""
   check_num_flags("arrive_and_broadcast", num_flags)
   if not interpret:
     plgpu.debug_barrier()
@@ -74,7 +76,8 @@ def arrive_and_broadcast(sync_ref, index, total, flag_base, num_flags, *, interp
   def _():
     if not interpret:
       plgpu.debug_barrier()
-    flags = (flag_index(flag_base, jnp.arange(num_flags, dtype=jnp.int32)),)
+    words = flag_index(flag_base, jnp.arange(num_flags, dtype=jnp.int32))
+    flags = tuple(index_of(words)) if index_of else (words,)
     set_flags = plgpu.atomic_add if interpret else plgpu.atomic_xchg
     set_flags(sync_ref, flags, jnp.ones((num_flags,), jnp.int32))
 
@@ -97,7 +100,8 @@ POLLS = ("atomic", "volatile")
 
 
 def counter_wait(sync_ref, index, target, *, interpret, poll=None, sleep_ns=0, spin_limit=SPIN_LIMIT):
-  """Poll word `index` of sync_ref until it reaches target; True when it did (False: spin_limit polls gave up).
+  """Poll word `index` of sync_ref (an index of a vector, or a tuple indexing an array) until it reaches target;
+  True when it did (False: spin_limit polls gave up).
 
   poll "atomic" (the default when sleep_ns is 0): each poll is an acquire-release atomic add of 0, back to back.
   poll "volatile" (the default when sleep_ns > 0): each poll is a plain volatile load, after a `nanosleep` of about
@@ -121,7 +125,8 @@ def counter_wait(sync_ref, index, target, *, interpret, poll=None, sleep_ns=0, s
     if sleep_ns:
       # the load's index depends on the sleep's result (0 added, which the compiler cannot see), so that the load
       # is not issued before the sleep; and the sleep on the loop's count, so that it is not hoisted out of the loop
-      at = index + (_sleep_then(sleep_ns, polls) - polls)
+      zero = _sleep_then(sleep_ns, polls) - polls
+      at = (*index[:-1], index[-1] + zero) if isinstance(index, tuple) else index + zero
     return plgpu.load(sync_ref.at[at], volatile=True), polls + 1
 
   seen, _ = lax.while_loop(lambda s: (s[0] < target) & (s[1] < spin_limit), volatile_poll,

@@ -50,20 +50,20 @@ from jax.experimental.pallas import triton as plgpu
 from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
                                             load_scale_tile, load_word_tile, logical_shape)
 from custom_calls.moe_int4.nibbles import nibble_planes, plane_columns, plane_scale
-from custom_calls.moe_int4.planes_consts import MAGIC_WORD, OFFSET_WORD, load_planes, planes_and_consts, planes_base
+from custom_calls.moe_int4.planes_consts import MAGIC_WORD, OFFSET_WORD, const_word, load_planes, planes_and_consts
 from custom_calls.pow2 import is_pow2, next_pow2
 
 
 def _tile_gemv(mats, e, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n, block_k, group_size,
-               nibble4_in_place, prefetch=0, act_at=None):
+               nibble4_in_place, prefetch=0):
   """For each (w_ref, s_ref, n0) in mats and each row r: sum_k act[act_rows[r], k] * W[e, n0 + i, k] -> f32 [BN].
 
   mats: tiles of BN output rows each, from one matrix or several (gate and up at the same rows; the down
   kernel's halves of one matrix, row_splits), all reduced against the same activation loads.
   w_ref: int32 [E, N, K/8]; s_ref: [E, N, K/g] (or both k-chunked, k_chunks.py); act_ref: f32 [rows, 8 * K/8]
-  nibble planes (plane j at columns [j*K/8, (j+1)*K/8)), or with act_at = (base, K) the int32 array of
-  planes_consts.py (the same planes as bits, row r from word base + r * K); act_rows / act_ok: R scalars (i32 row,
-  bool: row r's result is used; act_rows[0] must be a valid row);
+  nibble planes (plane j at columns [j*K/8, (j+1)*K/8)), or int32: planes_consts.py's array (the same planes as
+  bits in its first rows); act_rows / act_ok: R scalars (i32 row, bool: row r's result is used; act_rows[0] must be
+  a valid row);
   magic: nibbles.MAGIC as a runtime scalar (see nibbles.nibble_planes); nibble4_in_place: the extraction
   (nibbles.py) the activation planes were pre-scaled for.
   Returns [[BN] per row] per mat. Every row shares one dequantisation of the [BN, BK/8] word tile.
@@ -87,7 +87,7 @@ def _tile_gemv(mats, e, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n
   The last step is peeled, so no step is loaded twice and nothing past K is read.
   """
   bk8 = block_k // 8
-  k8 = (act_at[1] if act_at else act_ref.shape[1]) // 8
+  k8 = act_ref.shape[1] // 8
   wpg = group_size // 8                                  # words per scale group
   # k-chunked words with a K step of several chunks: [NC, BN, C/8] tiles (NC contiguous [BN, C/8] pieces, the
   # same access granularity as the stored layout's BN rows); otherwise [BN, BK/8] tiles.
@@ -115,9 +115,8 @@ def _tile_gemv(mats, e, act_ref, act_rows, act_ok, num_chunks, magic, *, block_n
 
   def load_acts(c):
     kw0 = c * bk8
-    if act_at:
-      return [[load_planes(act_ref, *act_at, row, cols + (j * k8 + kw0)) for j in range(8)] for row in safe_rows]
-    return [[act_ref[row, cols + (j * k8 + kw0)] for j in range(8)] for row in safe_rows]   # R x 8 x cols' shape
+    load = load_planes if act_ref.dtype == jnp.int32 else lambda ref, row, at: ref[row, at]
+    return [[load(act_ref, row, cols + (j * k8 + kw0)) for j in range(8)] for row in safe_rows]   # R x 8 x cols
 
   def load(c):
     """What K step c reads: ([(words, scales) per mat], activations or None)."""
@@ -191,21 +190,22 @@ def _local_ranks(ids_ref, expert_offset, num_local):
   return idx, e, local, rank, jnp.sum(local.astype(jnp.int32))
 
 
-def gate_up_rows(xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_run, e, *, top_k, planes_at,
+def gate_up_rows(xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_run, e, *, top_k,
                  block_n, block_k, group_size, h_dtype, prefetch, nibble4_in_place, h_nibble4_in_place):
   """h[p, n0:n0+BN] = SiLU(x W_gate^T) * (x W_up^T) (rounded to h_dtype, written in the planes layout) for the
   run's pairs p (R i32 scalars; in_run[r]: pair r belongs to the run; in_run[0]: the run's expert e is local).
-  Refs as in _gate_up_kernel; planes_at: (planes_base, D) of xc (planes_consts.py)."""
-  chunks = planes_at[1] // block_k
+  Refs as in _gate_up_kernel."""
+  chunks = xc_ref.shape[1] // block_k
   cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
   h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
 
   @pl.when(in_run[0])
   def _():
+    magic = const_word(xc_ref, hp_ref.shape[0] // top_k, MAGIC_WORD)
     g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref, n0), (uw_ref, us_ref, n0)), e, xc_ref,
-                                [p // top_k for p in pairs], in_run, chunks, xc_ref[MAGIC_WORD], block_n=block_n,
-                                block_k=block_k, group_size=group_size, nibble4_in_place=nibble4_in_place,
-                                prefetch=prefetch, act_at=planes_at)                         # R x [BN] each
+                                [p // top_k for p in pairs], in_run, chunks, magic,
+                                block_n=block_n, block_k=block_k, group_size=group_size,
+                                nibble4_in_place=nibble4_in_place, prefetch=prefetch)       # R x [BN] each
     for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
       h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
       h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
@@ -213,7 +213,7 @@ def gate_up_rows(xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_r
 
 
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
-                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place, planes_at):
+                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -221,8 +221,8 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
   array's pairs, the first `count` of them local), or "ranked" (position r is the local pair of rank r in token
   order, which every program works out itself, _local_ranks: no XLA kernels before this one).
   refs: xc, count, order, ids, gw, gs, uw, us, hp; without count and order unless visits == "order".
-  xc: int32, planes_consts.py's constants (the expert offset, MAGIC) and the activation planes [N, 8 * D/8]
-  (pre-scaled, as bits from word planes_at[0]); count: [1] i32 positions to visit; order: [P] i32 pair at each
+  xc: int32 [N + 1, D], planes_consts.py's array: the activation planes [N, 8 * D/8] (pre-scaled, as bits), then
+  the constant words (the expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each
   position; ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
   pairs unwritten).
@@ -236,14 +236,15 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     xc_ref, ids_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count, order_ref = ids_ref.shape[0], None
   n0 = pl.program_id(0) * block_n
+  offset = const_word(xc_ref, ids_ref.shape[0] // top_k, OFFSET_WORD)
   gemv_run = functools.partial(gate_up_rows, xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0,
-                               top_k=top_k, planes_at=planes_at, block_n=block_n, block_k=block_k,
+                               top_k=top_k, block_n=block_n, block_k=block_k,
                                group_size=group_size, h_dtype=h_dtype,
                                prefetch=prefetch, nibble4_in_place=nibble4_in_place,
                                h_nibble4_in_place=h_nibble4_in_place)
 
   if visits == "ranked":
-    idx, local_e, local, rank, count = _local_ranks(ids_ref, xc_ref[OFFSET_WORD], num_local)
+    idx, local_e, local, rank, count = _local_ranks(ids_ref, offset, num_local)
 
     def visit_rank(r):
       hit = local & (rank == r)                                   # exactly one pair has rank r < count
@@ -254,8 +255,8 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
     return
 
   def visit(i):
-    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, xc_ref[OFFSET_WORD],
-                                       rows_per_run=rows_per_run, num_local=num_local)
+    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, offset, rows_per_run=rows_per_run,
+                                       num_local=num_local)
     gemv_run(pairs, in_run, e)
     return i + (length if pair_splits == 1 else pair_splits)      # pair_splits > 1: runs of one pair
 
@@ -282,13 +283,14 @@ def down_token_rows(xc_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, n
   output (NaN flags a failed wait in the pipelined kernel, 0.0 otherwise)."""
   chunks = hp_ref.shape[1] // block_k
   sub_n, tiles = _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits)
+  offset, magic = (const_word(xc_ref, out_ref.shape[0], w) for w in (OFFSET_WORD, MAGIC_WORD))
 
   def pair(k, acc):
     p = t * top_k + k
-    e = ids_ref[p] - xc_ref[OFFSET_WORD]
+    e = ids_ref[p] - offset
 
     def add_pair():
-      ys = _tile_gemv(tiles, e, hp_ref, [p], [True], chunks, xc_ref[MAGIC_WORD], block_n=sub_n, block_k=block_k,
+      ys = _tile_gemv(tiles, e, hp_ref, [p], [True], chunks, magic, block_n=sub_n, block_k=block_k,
                       group_size=group_size, nibble4_in_place=nibble4_in_place, prefetch=prefetch)
       return tuple(a + wts_ref[p] * y for a, (y,) in zip(acc, ys))          # row_splits x [sub_n]
     return lax.cond((e >= 0) & (e < num_local), add_pair, lambda: acc)
@@ -335,14 +337,15 @@ def _down_sorted_kernel(xc_ref, count_ref, order_ref, ids_ref, wts_ref, hp_ref, 
   chunks = hp_ref.shape[1] // block_k
   count = count_ref[0]
   sub_n, tiles = _down_row_tiles(dw_ref, ds_ref, n0, block_n, row_splits)
+  offset, magic = (const_word(xc_ref, out_ref.shape[0], w) for w in (OFFSET_WORD, MAGIC_WORD))
 
   def visit(i):
-    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, xc_ref[OFFSET_WORD],
+    pairs, in_run, e, length = _run_at(i, count, order_ref, ids_ref, offset,
                                        rows_per_run=rows_per_run, num_local=num_local)
 
     @pl.when(in_run[0])
     def _():
-      ys = _tile_gemv(tiles, e, hp_ref, pairs, in_run, chunks, xc_ref[MAGIC_WORD], block_n=sub_n, block_k=block_k,
+      ys = _tile_gemv(tiles, e, hp_ref, pairs, in_run, chunks, magic, block_n=sub_n, block_k=block_k,
                       group_size=group_size, nibble4_in_place=nibble4_in_place, prefetch=prefetch)
       # One add per row: two rows of a run may belong to the same token (routed twice to one expert).
       # Rows past the run get weight 0 (their y is finite: _tile_gemv reads a valid row for them).
@@ -569,14 +572,12 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   unroll = dunroll if unroll_pairs is None else bool(unroll_pairs)
   # The constants and the f32 planes (pre-scaled) in one int32 array: one XLA kernel before these (planes_consts.py)
   xc = planes_and_consts(x, expert_offset, 2, in_place_gate_up)
-  planes_at = (planes_base(2), d)
 
   hp = pl.pallas_call(
       functools.partial(_gate_up_kernel, visits="token_order" if in_token_order else "ranked" if rank_in_kernel
                         else "order", block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
                         unroll_pairs=unroll and in_token_order and pair_splits == 1 and rows_per_run == 1,
-                        nibble4_in_place=in_place_gate_up, h_nibble4_in_place=in_place_down, planes_at=planes_at,
-                        **common),
+                        nibble4_in_place=in_place_gate_up, h_nibble4_in_place=in_place_down, **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",

@@ -53,7 +53,7 @@ from jax.experimental.pallas import triton as plgpu
 from custom_calls.moe_int4.grid_sync import (FLAG_STRIDE, arrive, arrive_and_broadcast, check_sleep_ns,
                                              counter_wait, flag_index, poison_unless, valid_num_flags)
 from custom_calls.moe_int4.k_chunks import logical_shape
-from custom_calls.moe_int4.planes_consts import OFFSET_WORD, planes_and_consts, planes_base
+from custom_calls.moe_int4.planes_consts import OFFSET_WORD, const_index, const_word, planes_and_consts
 from custom_calls.moe_int4.pallas_gemv import (check_experts, down_token_rows, gate_up_rows, tile_blocks,
                                                tile_options)
 
@@ -98,32 +98,35 @@ def program_place(q, *, tokens, gate_up_programs, down_programs, lag):
 def _pipelined_kernel(xc_ref, ids_ref, wts_ref, gw_ref, gs_ref, uw_ref, us_ref, dw_ref, ds_ref,
                       hp_ref, out_ref, sync_ref, *, top_k, num_local, lag, ticket, block_n, block_n_down, block_k,
                       block_k_down, group_size, h_dtype, prefetch, unroll_pairs, nibble4_in_place, row_splits,
-                      wait_sleep_ns, wait_flags, planes_at, interpret):
-  """One program of the grid (module docstring). xc (aliased by sync): int32, planes_consts.py's array: the
-  constant words [2 + N + 1] (with wait_flags K > 0, then K flags a token from flags_base(N), one 128-byte line
-  each), then the f32 planes [N, 8 * D/8] as bits from word planes_at[0]; ids/wts: [P]; gw/uw: int32 [E, I, D/8]
-  (or k-chunked); hp: f32 [P, 8 * I/8] planes (rows of remote pairs unwritten); out: [N, D]."""
+                      wait_sleep_ns, wait_flags, interpret):
+  """One program of the grid (module docstring). xc (aliased by sync): int32 [N + R, D], planes_consts.py's array:
+  the f32 planes [N, 8 * D/8] as bits, then the constant words [2 + N + 1] (with wait_flags K > 0, then K flags a
+  token from flags_base(N), one 128-byte line each); ids/wts: [P]; gw/uw: int32 [E, I, D/8] (or k-chunked); hp: f32
+  [P, 8 * I/8] planes (rows of remote pairs unwritten); out: [N, D]."""
   tokens, d = out_ref.shape
+  word = functools.partial(const_index, tokens, d)      # constant word w -> its [row, column] in xc
   inter = hp_ref.shape[1]
   g, dn = inter // block_n, d // block_n_down
   if ticket:
-    q = plgpu.atomic_add(sync_ref, jnp.int32(_FIRST_COUNTER + tokens), jnp.int32(1))
+    q = plgpu.atomic_add(sync_ref, word(_FIRST_COUNTER + tokens), jnp.int32(1))
   else:
     q = pl.program_id(0)
   gate_up, t, j = program_place(q, tokens=tokens, gate_up_programs=g, down_programs=dn, lag=lag)
   in_place_gate_up, in_place_down = nibble4_in_place
   token_flags = lambda t: flags_base(tokens) + t * wait_flags * FLAG_STRIDE      # token t's flag 0 (wait_flags)
 
+  offset = const_word(xc_ref, tokens, OFFSET_WORD)
+
   @pl.when(gate_up)
   def _():
     run = functools.partial(gate_up_rows, xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, j * block_n,
-                            top_k=top_k, planes_at=planes_at, block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=h_dtype,
+                            top_k=top_k, block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=h_dtype,
                             prefetch=prefetch, nibble4_in_place=in_place_gate_up,
                             h_nibble4_in_place=in_place_down)
 
     def pair(k):
       p = t * top_k + k
-      e = ids_ref[p] - xc_ref[OFFSET_WORD]
+      e = ids_ref[p] - offset
       run([p], [(e >= 0) & (e < num_local)], e)
 
     if unroll_pairs:
@@ -132,17 +135,18 @@ def _pipelined_kernel(xc_ref, ids_ref, wts_ref, gw_ref, gs_ref, uw_ref, us_ref, 
     else:
       lax.fori_loop(0, top_k, lambda k, c: (pair(k), c)[1], 0)
     if wait_flags:
-      arrive_and_broadcast(sync_ref, _FIRST_COUNTER + t, g, token_flags(t), wait_flags, interpret=interpret)
+      arrive_and_broadcast(sync_ref, word(_FIRST_COUNTER + t), g, token_flags(t), wait_flags, interpret=interpret,
+                           index_of=word)
     else:
-      arrive(sync_ref, _FIRST_COUNTER + t, interpret=interpret)
+      arrive(sync_ref, word(_FIRST_COUNTER + t), interpret=interpret)
 
   @pl.when(jnp.logical_not(gate_up))
   def _():
     if wait_flags:     # one of the K flags that token t's last gate/up program sets, not the counter all add to
-      ok = counter_wait(sync_ref, flag_index(token_flags(t), j % wait_flags), 1, interpret=interpret,
+      ok = counter_wait(sync_ref, word(flag_index(token_flags(t), j % wait_flags)), 1, interpret=interpret,
                         sleep_ns=wait_sleep_ns)
     else:
-      ok = counter_wait(sync_ref, _FIRST_COUNTER + t, g, interpret=interpret, sleep_ns=wait_sleep_ns)
+      ok = counter_wait(sync_ref, word(_FIRST_COUNTER + t), g, interpret=interpret, sleep_ns=wait_sleep_ns)
     down_token_rows(xc_ref, ids_ref, wts_ref, hp_ref, dw_ref, ds_ref, out_ref, j * block_n_down, t, top_k=top_k,
                     num_local=num_local, block_n=block_n_down, block_k=block_k_down, group_size=group_size,
                     prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=in_place_down,
@@ -205,8 +209,7 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
       _pipelined_kernel, top_k=top_k, num_local=e, lag=lag, ticket=ticket, block_n=block_n,
       block_n_down=block_n_down, block_k=block_k, block_k_down=block_k_down, group_size=group_size, h_dtype=x.dtype,
       prefetch=prefetch, unroll_pairs=unroll_pairs, nibble4_in_place=nibble4_in_place, row_splits=down_row_splits,
-      wait_sleep_ns=wait_sleep_ns, wait_flags=wait_flags, planes_at=(planes_base(sync_words), d),
-      interpret=interpret)
+      wait_sleep_ns=wait_sleep_ns, wait_flags=wait_flags, interpret=interpret)
   _, out, _ = pl.pallas_call(
       kernel, grid=(grid,),
       out_shape=(jax.ShapeDtypeStruct((p, inter), jnp.float32), jax.ShapeDtypeStruct((n, d), x.dtype),

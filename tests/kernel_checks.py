@@ -21,10 +21,10 @@ def assert_no_float_add_on_int_pointers(module):
   assert not bad, f"integer atomic add lowered as a float add: {bad[:2]}"
 
 
-def triton_modules_for_h200(fn, *abstract_args):
-  """jax.jit(fn) lowered for CUDA with an abstract H200 (custom_calls.gpu_lowering, no GPU needed): the text of each
-  Triton module its kernels build, in order, after the MLIR verifier (an MLIRError names the failing op) and
-  assert_no_float_add_on_int_pointers ran on it."""
+def lowered_for_h200(fn, *abstract_args):
+  """jax.jit(fn) lowered for CUDA with an abstract H200 (custom_calls.gpu_lowering, no GPU needed): (the Lowered
+  program, the text of each Triton module its kernels build, in order), each module after the MLIR verifier (an
+  MLIRError names the failing op) and assert_no_float_add_on_int_pointers ran on it."""
   from custom_calls.gpu_lowering import lower_for_abstract_gpu
   texts = []
 
@@ -33,5 +33,9 @@ def triton_modules_for_h200(fn, *abstract_args):
     assert_no_float_add_on_int_pointers(module)
     texts.append(module.operation.get_asm(enable_debug_info=False))
 
-  lower_for_abstract_gpu(fn, *abstract_args, on_module=check)
-  return texts
+  return lower_for_abstract_gpu(fn, *abstract_args, on_module=check), texts
+
+
+def triton_modules_for_h200(fn, *abstract_args):
+  """The checked Triton module texts of lowered_for_h200."""
+  return lowered_for_h200(fn, *abstract_args)[1]

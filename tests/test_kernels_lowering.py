@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from custom_calls.gpu_lowering import lower_for_abstract_gpu
 from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.mla_attention.split_combine import combine_splits_pallas
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
@@ -19,7 +18,7 @@ from custom_calls.moe_int4.pallas_triton import routed_experts_int4_pallas
 from custom_calls.moe_int4.pallas_triton_pipelined import routed_experts_int4_grouped_one_launch
 from custom_calls.tree_build.pallas_triton import tree_build_pallas
 from custom_calls.tree_verify.pallas_triton import tree_walk_pallas
-from tests.kernel_checks import triton_modules_for_h200
+from tests.kernel_checks import lowered_for_h200, triton_modules_for_h200
 
 S = jax.ShapeDtypeStruct
 
@@ -144,9 +143,7 @@ def test_moe_gemv_down_kernel_options_reach_its_launch():
   import re
 
   def lowered(**kw):
-    modules = []
-    low = lower_for_abstract_gpu(lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, **kw), *moe_args(1),
-                                 on_module=lambda m: modules.append(m.operation.get_asm(enable_debug_info=False)))
+    low, modules = lowered_for_h200(lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, **kw), *moe_args(1))
     return modules, re.findall(r"num_warps = (\d+)", low.as_text())
   (gate_up, down), warps = lowered()
   assert "tensor<4x64xi32>" in down and "tensor<8x64xi32>" not in down and warps == ["4", "4"]
@@ -155,6 +152,24 @@ def test_moe_gemv_down_kernel_options_reach_its_launch():
   assert warps_k == ["4", "8"]
   (gate_up_1, down_1), _ = lowered(down_row_splits=1)
   assert "tensor<8x64xi32>" in down_1 and "tensor<4x64xi32>" not in down_1 and gate_up_1 == gate_up
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_moe_gemv_kernels_take_the_planes_and_constants_as_one_array(n):
+  """The dispatch at 1 token (two launches) and 4 tokens (one launch, counters in place) with a traced expert offset:
+  the first operand of every Triton call is the one int32 [N + 1, D] concatenation of planes_consts.py (planes, then
+  the constant words), so that XLA makes one kernel before them, not a second array of constants (round 34)."""
+  import re
+  from custom_calls import moe_int4
+  low, _ = lowered_for_h200(lambda off, *a: moe_int4.routed_experts_int4(*a, expert_offset=off, impl="pallas"),
+                            S((), jnp.int32), *moe_args(n))
+  text = low.as_text()
+  calls = re.findall(r"stablehlo\.custom_call @__gpu\$xla\.gpu\.triton\((%[\w#]+)", text)
+  assert len(calls) == (2 if n < 4 else 1), calls
+  for operand in calls:
+    [definition] = [line for line in text.splitlines() if line.strip().startswith(f"{operand} = ")]
+    assert "stablehlo.concatenate" in definition and f"tensor<{n + 1}x1024xi32>" in definition, definition
+  assert len(set(calls)) == 1                                # both launches read the same array
 
 
 def test_moe_gemv_rank_in_kernel_lowers_for_pair_counts_not_powers_of_two():
@@ -196,9 +211,9 @@ def test_mla_kernel_reads_the_bool_tree_mask_itself():
   args = (S((1, 4, 8, 512), jnp.bfloat16), S((1, 4, 8, 64), jnp.bfloat16), S((1, 1024, 512), jnp.bfloat16),
           S((1, 1024, 64), jnp.bfloat16), S((1,), jnp.int32), S((1, 4, 4), jnp.bool_))
   fn = lambda *a: mla_attention_pallas(*a, scale=0.1, num_splits=1)
-  [module] = triton_modules_for_h200(fn, *args)
+  low, [module] = lowered_for_h200(fn, *args)
   assert "!tt.ptr<i1>" in module and "!tt.ptr<i1>> -> tensor<32x64x!tt.ptr<i8>>" in module
-  hlo = lower_for_abstract_gpu(fn, *args).as_text()
+  hlo = low.as_text()
   assert not [line for line in hlo.splitlines() if "stablehlo.convert" in line and "xi1>" in line]
 
 

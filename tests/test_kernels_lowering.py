@@ -172,6 +172,15 @@ def test_moe_gemv_kernels_take_the_planes_and_constants_as_one_array(n):
   assert len(set(calls)) == 1                                # both launches read the same array
 
 
+def test_moe_gemv_pipelined_loads_no_step_ahead_at_one_token_by_default():
+  """default_one_launch_prefetch: at 1 token the one-launch kernel is the prefetch 0 kernel (pallas_gemv's two
+  launches prefetch 1 there), not the prefetch 1 one."""
+  run = lambda **kw: triton_modules_for_h200(lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, **kw),
+                                             *moe_args(1))
+  default, no_prefetch, prefetch = run(), run(prefetch=0), run(prefetch=1)
+  assert default == no_prefetch and default != prefetch
+
+
 def test_moe_gemv_rank_in_kernel_lowers_for_pair_counts_not_powers_of_two():
   fn = lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, pair_splits=3, rank_in_kernel=True)
   assert lower_for_h200(fn, *moe_args(3)) == 2                          # 24 pairs, ranked over 32

@@ -62,8 +62,8 @@ def arrive_and_broadcast(sync_ref, index, total, flag_base, num_flags, *, interp
   (its threads after that acquire), then one acquire-release exchange per flag (sets it to 1), all num_flags in one
   vector exchange over the CTA's threads. Not an add: Pallas (jax 0.11.2) lowers an atomic add of an int32 VECTOR
   as a float add (its rule tests the tensor type for an integer type), which on the GPU flushes the int's bits (a
-  denormal) to 0: round 32's first GPU run of this never set a flag. The interpreter has no exchange (its discharge rule), so interpreted
-  programs add 1 instead (the same flags, the same waits).
+  denormal) to 0: round 32's first GPU run of this never set a flag. The interpreter has no exchange (its discharge
+  rule), so interpreted programs add 1 instead (the same flags, the same waits).
   sync_ref needs flag_index(flag_base, num_flags - 1) + 1 words; num_flags a power of two (Triton's tensor sizes).
   index_of: word -> sync_ref's index of that word (an int32 vector of words in, a tuple of index vectors out) where
   sync_ref is not a vector of words (pallas_gemv_pipelined's [rows, D] array); `index` is then such an index too."""

@@ -20,12 +20,14 @@ The default L = N puts every gate/up program first: the two launches' order, wit
   (the order programs actually started in), which is safe under any scheduling, at one atomic per program.
 - A wait that gives up after grid_sync.SPIN_LIMIT polls writes NaN into its rows: a broken schedule fails the check
   instead of hanging the GPU.
-- `wait_flags` K > 0 (not timed yet; see the function): token t's last gate/up program sets K flags, each on its
-  own line, and its down programs poll one each, instead of all polling the counter its gate/up programs add to.
-- The counters (and the ticket) are constant words at the head of the kernel's int32 input, which XLA makes in
-  one kernel with the expert offset and the activation planes (planes_consts.py), so no zero-fill runs and no
-  copy of a constant; the kernel updates them in place (an aliased output). XLA makes that array anew for each call
-  (test_gpu_kernel calls the kernel twice in one program to check that the second call's counters start at 0).
+- `wait_flags` K > 0 (not the default; at 1 token still slower than two launches, see the function): token t's last
+  gate/up program sets K flags, each on its own line, and its down programs poll one each, instead of all polling the
+  counter its gate/up programs add to.
+- The counters (and the ticket) are constant words in the rows after the planes of the kernel's int32 input, which
+  XLA makes in one kernel with the expert offset and the activation planes (planes_consts.py), so no zero-fill runs
+  and no copy of a constant; the kernel updates them in place (an aliased output). XLA makes that array anew for
+  each call (test_gpu_kernel calls the kernel twice in one program to check that the second call's counters start
+  at 0).
 - No compaction of the local pairs: G(t) and D(t) visit token t's top-k pairs and skip the remote ones, as the
   down kernel always has. A token with no local pair makes empty programs.
 
@@ -62,8 +64,18 @@ _FIRST_COUNTER = 2          # constant words: [expert offset, MAGIC, counter of 
 
 
 def flags_base(tokens):
-  """The constant word of token 0's first flag (wait_flags): the first 128-byte line after the counters and the ticket."""
+  """The constant word of token 0's first flag (wait_flags): the first 128-byte line after the counters and the
+  ticket."""
   return -(-(_FIRST_COUNTER + tokens + 1) // FLAG_STRIDE) * FLAG_STRIDE
+
+
+def default_one_launch_prefetch(num_tokens):
+  """The K loop's prefetch (pallas_gemv._tile_gemv) in one launch: 0 at every token count. pallas_gemv's two launches
+  use 1 at one token, where this kernel with it (H100, k-chunked 256, wait_flags 64; benchmarks/RESULTS.md, issue 6
+  thirty-fourth round) took 23.7 us of kernel against 21.6 with 0, and compiled for minutes: 7 min 19 s from its
+  Triton IR for sm_90 on a 2-core CPU (Triton 3.6.0) against 95 s with 0. From 2 tokens both defaults are 0."""
+  del num_tokens
+  return 0
 
 
 def check_wait_flags(name, wait_flags):
@@ -172,10 +184,10 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   wait_sleep_ns: how a down program polls its token's counter (grid_sync.counter_wait; > 0 measured slower).
   wait_flags K > 0: the last gate/up program of token t sets K flags (grid_sync.arrive_and_broadcast) and down
   program j of token t polls flag j % K instead of the counter every gate/up program adds to (the 896 down
-  programs of a token then spread their polls over K lines). Same results. Not timed yet: the flags work on the GPU
-  in the read-only bound (benchmarks/RESULTS.md, issue 6 thirty-third round), but at 1 token this kernel took
-  7 min 19 s to compile from its Triton IR for sm_90 (Triton 3.6.0, on a CPU), longer than that round's timing part.
-  Returns [N, D] in x.dtype.
+  programs of a token then spread their polls over K lines). Same results. At 1 token (H100, k-chunked 256,
+  benchmarks/RESULTS.md, issue 6 thirty-fourth round) K = 64 took 21.6 us of kernel against the two launches'
+  16.1, so the dispatch keeps two launches there.
+  prefetch: default_one_launch_prefetch(N), not pallas_gemv's default. Returns [N, D] in x.dtype.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -195,6 +207,8 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
                      "gate/up programs)")
   check_sleep_ns(name, wait_sleep_ns)
   check_wait_flags(name, wait_flags)
+  if prefetch is None:
+    prefetch = default_one_launch_prefetch(n)
   nibble4_in_place, down_row_splits, prefetch = tile_options(name, n, block_n_down, nibble4_in_place,
                                                              down_row_splits, prefetch)
   p = n * top_k

@@ -47,8 +47,9 @@ def reference_f32(x, ids, w, experts, offset):
 
 def check_one_launch_against_two(one_launch, two_launches, x, ids, w, stored):
   """The GPU check of a one-launch MoE kernel (offset 0): one_launch(x) and two_launches(x), each a call of x alone,
-  at x and 2x in ONE program, so that a constants array the one-launch kernel updates in place is a compile-time
-  constant and XLA must give each call its own copy. Both one-launch outputs must match the reference (1e-2
+  at x and 2x in ONE program, so that where the counters the one-launch kernel updates in place are a compile-time
+  constant (the grouped kernel's) XLA must give each call its own copy, and where they are made with the planes
+  (the gemv's, planes_consts.py) each call makes its own. Both one-launch outputs must match the reference (1e-2
   relative) and, bit for bit, the two-launch kernels': a down tile that read h before all of its gate/up tiles were
   stored (a race the 1e-2 norm could miss) fails there."""
   first, second, first_two, second_two = jax.jit(

@@ -106,9 +106,8 @@ def test_rejects_bad_options():
 def test_gpu_kernel(n, chunk, opts):
   """Compiled at the K2.6 shard's shapes (the counters' waits really run; at lag 1 the down programs wait on
   gate/up programs still running): against the XLA reference and, bit for bit, pallas_gemv's two launches. Twice in
-  one program with a literal offset, so that the constants array the kernel updates in place is a compile-time
-  constant: XLA must give each call its own copy (with the ticket, a counter left over from the first call would
-  send the second call's programs past the grid)."""
+  one program (check_one_launch_against_two), so that each call's counters must start at 0 (with the ticket, a
+  counter left over from the first call would send the second call's programs past the grid)."""
   x, ids, w, stored = k26_shard_inputs(100 + n, n)
   experts = experts_to_k_chunks(stored, chunk) if chunk else stored
   call = lambda xx: routed_experts_int4_gemv_pipelined(xx, ids, w, *experts, 0, **opts)

@@ -7,15 +7,18 @@ and in the one-launch kernel the counters it updates in place). As two arrays th
 the MoE kernels: in the 1-token dispatch a 0.9-us fusion for the two constant words (`iota * MAGIC`, or the
 concatenation of a traced offset) beside the 1.3-us planes fusion (H100, optimised HLO and trace:
 benchmarks/RESULTS.md, issue 6 thirty-fourth round; in the one-launch kernel a 1.15-us copy of the constant
-counters instead). Here both are one int32 array [N + R, D], made by one concatenation:
+counters instead). Here both are one int32 array [N + R, D], made by one concatenation (one fusion on the CPU; on
+the GPU the kernel count and the time saved are not measured yet: benchmarks/results/issue6_r34/call3.sh):
 
   rows [0, N)       the f32 planes as their bits (row n: plane j of x[n] at columns [j*D/8, (j+1)*D/8));
   rows [N, N + R)   the constant words, word w at (N + w // D, w % D): word OFFSET_WORD the expert offset,
                     MAGIC_WORD nibbles.MAGIC, the rest 0 (the one-launch kernel's counters and flags);
                     R = ceil(words / D).
 
-The kernels load the planes as before, at [row, column] (a bitcast of the int32 words: no instruction; a flat
-index instead cost the gate/up K loop 4 more instructions, sm_90 SASS), and the words at const_index.
+The kernels load the planes as before, at [row, column] (a bitcast of the int32 words: no instruction), and the
+words at const_index. In the sm_90 SASS of the 1-token gate/up kernel the K loop has 4 more instructions than with
+two arrays (264 against 260: the activation address recomputed in the loop), with this layout, a flat one or a
+float32 array alike: ptxas's register allocation once planes and constants share one pointer.
 """
 import jax.numpy as jnp
 from jax import lax

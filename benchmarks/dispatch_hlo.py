@@ -5,7 +5,8 @@ the activation planes are one fusion (planes_forms.py), so one of the two is som
 custom_calls.moe_int4.routed_experts_int4(impl="pallas") at each token count, with the expert offset a literal (as
 one GPU's whole model) and traced (as under shard_map, where it is axis_index * E), writes each optimised module
 to --out, and prints the entry computation's instructions with every fusion's body, so each kernel in a trace can
-be named by what it computes.
+be named by what it computes. Round 34 (H100): the other kernel was the two-word constants array [offset, MAGIC]
+(benchmarks/RESULTS.md), now made with the planes in one array (custom_calls/moe_int4/planes_consts.py).
 
   python3 benchmarks/dispatch_hlo.py --tokens 1,4 --k_chunk 256 --out $OUT/dispatch_hlo.txt
 """

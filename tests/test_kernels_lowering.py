@@ -173,7 +173,7 @@ def test_moe_gemv_kernels_take_the_planes_and_constants_as_one_array(n):
 
 
 def test_moe_gemv_pipelined_loads_no_step_ahead_at_one_token_by_default():
-  """default_one_launch_prefetch: at 1 token the one-launch kernel is the prefetch 0 kernel (pallas_gemv's two
+  """ONE_LAUNCH_PREFETCH: at 1 token the one-launch kernel is the prefetch 0 kernel (pallas_gemv's two
   launches prefetch 1 there), not the prefetch 1 one."""
   run = lambda **kw: triton_modules_for_h200(lambda *a: routed_experts_int4_gemv_pipelined(*a, 0, block_k=512, **kw),
                                              *moe_args(1))

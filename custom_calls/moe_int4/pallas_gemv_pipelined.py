@@ -69,13 +69,11 @@ def flags_base(tokens):
   return -(-(_FIRST_COUNTER + tokens + 1) // FLAG_STRIDE) * FLAG_STRIDE
 
 
-def default_one_launch_prefetch(num_tokens):
-  """The K loop's prefetch (pallas_gemv._tile_gemv) in one launch: 0 at every token count. pallas_gemv's two launches
-  use 1 at one token, where this kernel with it (H100, k-chunked 256, wait_flags 64; benchmarks/RESULTS.md, issue 6
-  thirty-fourth round) took 23.7 us of kernel against 21.6 with 0, and compiled for minutes: 7 min 19 s from its
-  Triton IR for sm_90 on a 2-core CPU (Triton 3.6.0) against 95 s with 0. From 2 tokens both defaults are 0."""
-  del num_tokens
-  return 0
+# The K loop's prefetch (pallas_gemv._tile_gemv) in one launch, at every token count. pallas_gemv's two launches use
+# 1 at one token, where this kernel with it (H100, k-chunked 256, wait_flags 64; benchmarks/RESULTS.md, issue 6
+# thirty-fourth round) took 23.7 us of kernel against 21.6 with 0, and compiled for minutes: 7 min 19 s from its
+# Triton IR for sm_90 on a 2-core CPU (Triton 3.6.0) against 95 s with 0. From 2 tokens both defaults are 0.
+ONE_LAUNCH_PREFETCH = 0
 
 
 def check_wait_flags(name, wait_flags):
@@ -187,7 +185,7 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   programs of a token then spread their polls over K lines). Same results. At 1 token (H100, k-chunked 256,
   benchmarks/RESULTS.md, issue 6 thirty-fourth round) K = 64 took 21.6 us of kernel against the two launches'
   16.1, so the dispatch keeps two launches there.
-  prefetch: default_one_launch_prefetch(N), not pallas_gemv's default. Returns [N, D] in x.dtype.
+  prefetch: ONE_LAUNCH_PREFETCH by default, not pallas_gemv's default. Returns [N, D] in x.dtype.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -208,7 +206,7 @@ def routed_experts_int4_gemv_pipelined(x, expert_ids, expert_weights, gate_packe
   check_sleep_ns(name, wait_sleep_ns)
   check_wait_flags(name, wait_flags)
   if prefetch is None:
-    prefetch = default_one_launch_prefetch(n)
+    prefetch = ONE_LAUNCH_PREFETCH
   nibble4_in_place, down_row_splits, prefetch = tile_options(name, n, block_n_down, nibble4_in_place,
                                                              down_row_splits, prefetch)
   p = n * top_k

@@ -4,6 +4,8 @@ CPU runs use the Pallas interpreter (impl="pallas_interpret") on small shapes; t
 compiled kernel at a K2.6 per-GPU shape and is skipped without a GPU.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -46,6 +48,7 @@ CASES = [
     (3, 7, 4, 257, jnp.float32, dict(num_splits=3, block_k=16)),                  # explicit splits, odd S
     (1, 4, 8, 64, jnp.bfloat16, dict(block_m=16, block_k=16, num_splits=5)),      # more splits than blocks
     (2, 9, 2, 96, jnp.bfloat16, dict(block_m=16, block_k=32, num_splits=1)),      # rows not a block multiple
+    (2, 1, 8, 200, jnp.bfloat16, dict(num_splits=4, partial_dtype="bfloat16")),   # bf16 per-split outputs
 ]
 
 
@@ -56,6 +59,20 @@ def test_matches_reference(b, t, h, s, dtype, opts):
   assert out.shape == args[0].shape and out.dtype == dtype
   tol = 1e-5 if dtype == jnp.float32 else 1e-2
   assert rel_err(out, reference_f32(args)) < tol
+
+
+def test_partial_dtype_is_what_the_combine_reads():
+  """partial_dtype sets the dtype of the per-split outputs the combine reads (bf16: one rounding more than f32,
+  well inside the bf16 tolerance); anything but a float dtype is refused by name."""
+  args = make_inputs(5, 1, 2, 8, 256, 64, 32, jnp.float32)
+  ref = reference_f32(args)
+  run = lambda dt: mla_attention_pallas(*args, scale=SCALE, interpret=True, block_k=16, num_splits=4, partial_dtype=dt)
+  err32, err16 = rel_err(run(None), ref), rel_err(run("bfloat16"), ref)
+  assert err32 < 1e-5 and 1e-5 < err16 < 1e-2          # bf16 partials really are rounded, and only by bf16
+  parts = jax.make_jaxpr(functools.partial(run, "bfloat16"))()
+  assert "bf16[1,4,16,64]" in str(parts), "the kernel's per-split output should be bf16"
+  with pytest.raises(ValueError, match="partial_dtype 'int32' must be float32, bfloat16 or float16"):
+    run("int32")
 
 
 def test_default_splits_fill_a_wave_at_decode():

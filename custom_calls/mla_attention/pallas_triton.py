@@ -140,9 +140,10 @@ def supported(q_lat, q_pe, ckv, kpe):
 
 
 @functools.partial(jax.jit, static_argnames=("scale", "block_m", "block_k", "num_splits", "num_warps",
-                                             "num_stages", "combine", "interpret"))
+                                             "num_stages", "combine", "partial_dtype", "interpret"))
 def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, block_m=None, block_k=None,
-                         num_splits=None, num_warps=None, num_stages=None, combine="pallas", interpret=False):
+                         num_splits=None, num_warps=None, num_stages=None, combine="pallas", partial_dtype=None,
+                         interpret=False):
   """Absorbed MLA tree attention (same contract as reference.mla_attention_reference).
 
   q_lat: [B, T, H, R]; q_pe: [B, T, H, P]; ckv: [B, S, R]; kpe: [B, S, P]; cache_len: [B] int32;
@@ -150,7 +151,9 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   block_m: query rows (of T*H) per program; block_k: keys per inner step; num_splits: key splits per
   (sequence, row block) (None: fill the chip); num_warps/num_stages: Triton launch parameters;
   combine: how several splits are combined (split_combine.py), "pallas" (combine_splits_pallas, one kernel) or
-  "xla" (combine_splits).
+  "xla" (combine_splits); partial_dtype: dtype of the per-split outputs when there are several splits (None:
+  float32; bfloat16 halves the bytes the kernel writes and the combine reads, at ~1e-3 more relative error, as
+  the Mosaic kernel's default). With one split the kernel writes the result in q_lat.dtype.
   """
   check_combine("mla_attention_pallas", combine)
   bsz, t, h, r = q_lat.shape
@@ -177,7 +180,11 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   if num_stages is None:
     num_stages = 2
   precision = lax.Precision.HIGHEST if q_lat.dtype == jnp.float32 else None
-  part_dtype = q_lat.dtype if num_splits == 1 else jnp.float32
+  if partial_dtype is None:
+    partial_dtype = jnp.float32
+  if jnp.dtype(partial_dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+    raise ValueError(f"mla_attention_pallas: partial_dtype {partial_dtype!r} must be float32, bfloat16 or float16")
+  part_dtype = q_lat.dtype if num_splits == 1 else jnp.dtype(partial_dtype)
 
   kernel = functools.partial(
       _mla_kernel, scale=float(scale), block_m=block_m, block_k=block_k, num_heads=h, num_q=t, num_rows=m,

@@ -87,6 +87,14 @@ def test_default_splits_fill_a_wave_at_decode():
   assert default_num_splits(1, 64 * 8, 2048, block_m=64, block_k=64) == 8            # capped at 4 blocks a split
 
 
+def test_default_warps():
+  """8 warps for 64-row blocks and for 32-row blocks at batch 1 (4 spill there; RESULTS issue 6 round 35), 4 for
+  32-row blocks at batch 8 and for decode's 16-row blocks."""
+  from custom_calls.mla_attention.pallas_triton import default_num_warps
+  assert [default_num_warps(1, bm) for bm in (16, 32, 64)] == [4, 8, 8]
+  assert [default_num_warps(8, bm) for bm in (16, 32, 64)] == [4, 4, 8]
+
+
 def test_edge_lengths_and_padding_rows():
   """cache_len 0 and S - T (a full buffer); a query row whose mask is all false gives zeros."""
   b, t, h, s = 2, 6, 4, 80
@@ -114,7 +122,7 @@ def test_dispatch():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("b,t,h,s", [(1, 1, 8, 8192), (2, 17, 8, 4096), (1, 64, 64, 4096)])
+@pytest.mark.parametrize("b,t,h,s", [(1, 1, 8, 8192), (2, 17, 8, 4096), (1, 64, 64, 4096), (1, 4, 8, 8192)])
 def test_gpu_kernel(b, t, h, s):
   args = make_inputs(11 + t, b, t, h, s, 512, 64, jnp.bfloat16)
   out = mla_attention(*args, scale=SCALE, impl="pallas")

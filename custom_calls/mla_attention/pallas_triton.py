@@ -131,6 +131,17 @@ def default_block_m(num_rows):
   return 64 if num_rows >= 64 else max(16, next_pow2(num_rows))
 
 
+def default_num_warps(batch, block_m):
+  """Triton warps per program: 8 for 64-row blocks; for 32-row blocks (T x H of 17-32, e.g. a 4-token tree at
+  8 heads) 8 at batch 1, where 4 warps spill (255 registers and 128 B of stack against 177 and none, sm_90 SASS)
+  and 8 were 9-19% faster (H100, issue 6 round 35: 1 x 4 x 8 x 8K 16.1 against 19.8 us of kernel time,
+  1 x 4 x 8 x 32K 33.6 against 36.9, 1 x 3 x 8 x 32K 32.9 against 36.0), but 4 at batch 8, where 8 were 3%
+  slower (8 x 4 x 8 x 32K 170.5 against 165.2; batches 2-7 untimed); 4 for 16-row blocks (decode)."""
+  if block_m >= 64 or (block_m == 32 and batch == 1):
+    return 8
+  return 4
+
+
 def supported(q_lat, q_pe, ckv, kpe):
   """Shapes the kernel handles (the dispatch falls back to XLA otherwise)."""
   r, p = q_lat.shape[-1], q_pe.shape[-1]
@@ -176,7 +187,7 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   if num_splits is None:
     num_splits = default_num_splits(bsz, m, s_len, block_m=block_m, block_k=block_k)
   if num_warps is None:
-    num_warps = 8 if block_m >= 64 else 4
+    num_warps = default_num_warps(bsz, block_m)
   if num_stages is None:
     num_stages = 2
   precision = lax.Precision.HIGHEST if q_lat.dtype == jnp.float32 else None

@@ -71,8 +71,9 @@ def test_partial_dtype_is_what_the_combine_reads():
   assert err32 < 1e-5 and 1e-5 < err16 < 1e-2          # bf16 partials really are rounded, and only by bf16
   parts = jax.make_jaxpr(functools.partial(run, "bfloat16"))()
   assert "bf16[1,4,16,64]" in str(parts), "the kernel's per-split output should be bf16"
-  with pytest.raises(ValueError, match="partial_dtype 'int32' must be float32, bfloat16 or float16"):
-    run("int32")
+  for bad in ("int32", "float64", "no-such-dtype"):
+    with pytest.raises(ValueError, match=f"partial_dtype '{bad}' must be float32, bfloat16 or float16"):
+      run(bad)
 
 
 def test_default_splits_fill_a_wave_at_decode():

@@ -142,6 +142,18 @@ def default_num_warps(batch, block_m):
   return 4
 
 
+def _partial_dtype(partial_dtype):
+  """The per-split outputs' dtype: float32 (None), bfloat16 or float16; anything else is a ValueError."""
+  allowed = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+  try:
+    dt = jnp.dtype(jnp.float32 if partial_dtype is None else partial_dtype)
+  except TypeError:
+    dt = None
+  if dt not in allowed:
+    raise ValueError(f"mla_attention_pallas: partial_dtype {partial_dtype!r} must be float32, bfloat16 or float16")
+  return dt
+
+
 def supported(q_lat, q_pe, ckv, kpe):
   """Shapes the kernel handles (the dispatch falls back to XLA otherwise)."""
   r, p = q_lat.shape[-1], q_pe.shape[-1]
@@ -164,7 +176,8 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   combine: how several splits are combined (split_combine.py), "pallas" (combine_splits_pallas, one kernel) or
   "xla" (combine_splits); partial_dtype: dtype of the per-split outputs when there are several splits (None:
   float32; bfloat16 halves the bytes the kernel writes and the combine reads, at ~1e-3 more relative error, as
-  the Mosaic kernel's default). With one split the kernel writes the result in q_lat.dtype.
+  the Mosaic kernel's default, but was no faster at batch-1 decode: RESULTS issue 6 round 35). With one split
+  the kernel writes the result in q_lat.dtype.
   """
   check_combine("mla_attention_pallas", combine)
   bsz, t, h, r = q_lat.shape
@@ -191,11 +204,9 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   if num_stages is None:
     num_stages = 2
   precision = lax.Precision.HIGHEST if q_lat.dtype == jnp.float32 else None
-  if partial_dtype is None:
-    partial_dtype = jnp.float32
-  if jnp.dtype(partial_dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
-    raise ValueError(f"mla_attention_pallas: partial_dtype {partial_dtype!r} must be float32, bfloat16 or float16")
-  part_dtype = q_lat.dtype if num_splits == 1 else jnp.dtype(partial_dtype)
+  part_dtype = _partial_dtype(partial_dtype)
+  if num_splits == 1:
+    part_dtype = q_lat.dtype
 
   kernel = functools.partial(
       _mla_kernel, scale=float(scale), block_m=block_m, block_k=block_k, num_heads=h, num_q=t, num_rows=m,

@@ -7,8 +7,9 @@ and in the one-launch kernel the counters it updates in place). As two arrays th
 the MoE kernels: in the 1-token dispatch a 0.9-us fusion for the two constant words (`iota * MAGIC`, or the
 concatenation of a traced offset) beside the 1.3-us planes fusion (H100, optimised HLO and trace:
 benchmarks/RESULTS.md, issue 6 thirty-fourth round; in the one-launch kernel a 1.15-us copy of the constant
-counters instead). Here both are one int32 array [N + R, D], made by one concatenation (one fusion on the CPU; on
-the GPU the kernel count and the time saved are not measured yet: benchmarks/results/issue6_r34/call3.sh):
+counters instead). Here both are one int32 array [N + R, D], made by one concatenation: one XLA kernel of
+1.3-1.5 us on the GPU, and the call's busy time 0.6-1.0 us shorter at 1-2 tokens and 1.9-2.8 us at 4 (H100,
+benchmarks/RESULTS.md, issue 6 thirty-fifth round: 4 tokens k-chunked 49.1-49.4 us against 51.9):
 
   rows [0, N)       the f32 planes as their bits (row n: plane j of x[n] at columns [j*D/8, (j+1)*D/8));
   rows [N, N + R)   the constant words, word w at (N + w // D, w % D): word OFFSET_WORD the expert offset,
@@ -18,7 +19,8 @@ the GPU the kernel count and the time saved are not measured yet: benchmarks/res
 The kernels load the planes as before, at [row, column] (a bitcast of the int32 words: no instruction), and the
 words at const_index. In the sm_90 SASS of the 1-token gate/up kernel the K loop has 4 more instructions than with
 two arrays (264 against 260: the activation address recomputed in the loop), with this layout, a flat one or a
-float32 array alike: ptxas's register allocation once planes and constants share one pointer.
+float32 array alike: ptxas's register allocation once planes and constants share one pointer; the kernel
+took 10.02-10.16 us against 9.97-10.03 (round 35), within the runs' spread.
 """
 import jax.numpy as jnp
 from jax import lax

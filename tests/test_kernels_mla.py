@@ -77,13 +77,16 @@ def test_partial_dtype_is_what_the_combine_reads():
 
 
 def test_default_splits_fill_a_wave_at_decode():
-  """The decode's default splits (pallas_triton.default_num_splits, RESULTS issue 6 sixth and seventeenth rounds):
-  one wave down to one key block of 64 per split when the keys are few, 8 blocks per split when they are many;
+  """The decode's default splits (pallas_triton.default_num_splits, RESULTS issue 6 sixth, seventeenth and
+  thirty-sixth rounds): one wave, down to one key block of 64 per split when the keys are few; 32-row decode 8 blocks
+  per split when they are many;
   a tree (rows beyond one block) keeps at least 4 blocks per split."""
   from custom_calls.mla_attention.pallas_triton import default_num_splits
   decode = lambda b, keys: default_num_splits(b, 8, keys, block_m=16, block_k=64)
-  assert decode(1, 8192) == 128 and decode(1, 32768) == 132 and decode(1, 131072) == 256
-  assert decode(1, 1024) == 16 and decode(1, 32) == 1 and decode(8, 32768) == 64
+  assert decode(1, 8192) == 128 and decode(1, 32768) == 132 and decode(1, 131072) == 132
+  assert decode(1, 1024) == 16 and decode(1, 32) == 1 and decode(8, 32768) == 16 and decode(200, 32768) == 1
+  decode32 = lambda b, keys: default_num_splits(b, 32, keys, block_m=32, block_k=64)   # 32-row decode: 8 blocks
+  assert decode32(1, 131072) == 256 and decode32(8, 32768) == 64 and decode32(1, 8192) == 128
   assert default_num_splits(1, 64 * 8, 32768, block_m=64, block_k=64) == 17          # 8 row blocks: one wave
   assert default_num_splits(1, 64 * 8, 2048, block_m=64, block_k=64) == 8            # capped at 4 blocks a split
 
@@ -94,6 +97,20 @@ def test_default_warps():
   from custom_calls.mla_attention.pallas_triton import default_num_warps
   assert [default_num_warps(1, bm) for bm in (16, 32, 64)] == [4, 8, 8]
   assert [default_num_warps(8, bm) for bm in (16, 32, 64)] == [4, 4, 8]
+
+
+def test_default_stages():
+  """3 pipeline stages for decode when the grid is one wave or less and each split walks at least 3 key blocks
+  (RESULTS issue 6 round 36), else 2; at the dispatch's own splits (one wave): 1 x 32K, 2 x 32K, 1 x 128K and
+  8 x 32K at 8 heads get 3; 1 x 8K (one block a split), 1 x 16K (~2), 200 x 32K (two waves of one split), 32- and
+  64-row blocks get 2."""
+  from custom_calls.mla_attention.pallas_triton import default_num_splits, default_num_stages
+  def stages(b, rows, keys, block_m=16, block_k=64):
+    splits = default_num_splits(b, rows, keys, block_m=block_m, block_k=block_k)
+    return default_num_stages(b * -(-rows // block_m) * splits, block_m, keys // (block_k * splits))
+  assert [stages(1, 8, 32768), stages(2, 8, 32768), stages(1, 8, 131072), stages(8, 8, 32768)] == [3, 3, 3, 3]
+  assert [stages(1, 8, 8192), stages(1, 8, 16384), stages(200, 8, 32768)] == [2, 2, 2]
+  assert stages(1, 64, 32768, block_m=64) == 2 and stages(1, 32, 32768, block_m=32) == 2
 
 
 def test_edge_lengths_and_padding_rows():
@@ -123,7 +140,8 @@ def test_dispatch():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("b,t,h,s", [(1, 1, 8, 8192), (2, 17, 8, 4096), (1, 64, 64, 4096), (1, 4, 8, 8192)])
+@pytest.mark.parametrize("b,t,h,s", [(1, 1, 8, 8192), (2, 17, 8, 4096), (1, 64, 64, 4096), (1, 4, 8, 8192),
+                                     (1, 1, 8, 32768)])
 def test_gpu_kernel(b, t, h, s):
   args = make_inputs(11 + t, b, t, h, s, 512, 64, jnp.bfloat16)
   out = mla_attention(*args, scale=SCALE, impl="pallas")

@@ -181,9 +181,9 @@ def test_gemv_through_dispatch_repeated_experts_and_traced_offset():
   expert counts twice, a token with no local expert gives an exact zero row, and the offset may be traced. (From
   there to GEMV_MAX_TOKENS: tests/test_moe_gemv_pipelined.py.)"""
   from custom_calls.moe_int4 import ONE_LAUNCH_MIN_TOKENS
-  n, k, e_total, e_local, offset = 3, 4, 12, 6, 4
-  assert n < ONE_LAUNCH_MIN_TOKENS
-  ids = np.array([[4, 4, 1, 7], [0, 1, 2, 11], [6, 9, 9, 3]])   # token 1: nothing in [4, 10)
+  n, k, e_total, e_local, offset = ONE_LAUNCH_MIN_TOKENS - 1, 4, 12, 6, 4
+  assert n >= 2
+  ids = np.array([[4, 4, 1, 7], [0, 1, 2, 11], [6, 9, 9, 3]])[:n]   # token 1: nothing in [4, 10)
   x, ids, w, experts = make_inputs(11, n, k, e_total, e_local, 256, 256, jnp.float32, ids=ids)
   f = jax.jit(lambda off: routed_experts_int4(x, ids, w, *experts, expert_offset=off, impl="pallas_interpret"))
   out = f(jnp.int32(offset))

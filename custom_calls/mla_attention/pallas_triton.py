@@ -104,21 +104,27 @@ def _mla_kernel(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mask_ref, o_ref, lse_r
   plgpu.store(lse_ref.at[b, j, pl.ds(i * block_m, block_m)], lse, mask=row_ok)
 
 
-DECODE_KEYS_PER_SPLIT_BLOCKS = 8   # decode: key blocks per split (H200 sweeps: ~500 keys per split was best)
+DECODE_KEYS_PER_SPLIT_BLOCKS = 8   # 32-row decode: key blocks per split (H200 sweeps: ~500 keys per split was best)
 
 
 def default_num_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=132):
   """Enough programs for about one wave of the chip, but at least 4 key blocks per split (decode: at least one).
 
   Decode (one row block of at most 32 rows, i.e. a few heads of one token) is memory-bound and its partial
-  outputs are tiny, so it splits further: up to DECODE_KEYS_PER_SPLIT_BLOCKS blocks per split when the keys are
-  many (H200, issue 6 sixth round: 1 x 8 heads x 128K 0.071 ms at 264 splits against 0.090 at 132, one wave;
-  8 x 8 heads x 32K 0.112 ms at 66 splits against 0.130 at 17), and down to one block per split to fill a wave
-  when they are few (H100, seventeenth round: 1 x 8 heads x 8K 0.014 ms at 128 splits of one block against
-  0.021 at 32 of four, 0.016 at 64; 32K 0.028 at 128 splits against 0.030 at 256 and 0.034 at 512)."""
+  outputs are tiny, so it splits down to one key block per split when the keys are few (H100, seventeenth round:
+  1 x 8 heads x 8K 0.014 ms at 128 splits of one block against 0.021 at 32 of four). When they are many:
+  - 16-row blocks: never past one wave (num_sms programs), where default_num_stages gives each program 3 stages;
+    one wave of 3-stage programs beat the two or more waves of 8-block splits that were the default until round 36
+    (H100, issue 6 round 36, kernel time: 1 x 8 heads x 128K 57.3 us at 132 splits against 61.7 at 256;
+    8 x 8 heads x 32K 104.5 at 16 splits against 115.6 at 64);
+  - 32-row blocks (default_num_stages keeps 2; one wave untimed): DECODE_KEYS_PER_SPLIT_BLOCKS blocks per split
+    (H200, sixth round: 1 x 8 heads x 128K 0.071 ms at 264 splits against 0.090 at 132; 8 x 8 heads x 32K 0.112
+    at 66 against 0.130 at 17, both at 2 stages)."""
   row_blocks = pl.cdiv(num_rows, block_m)
   programs = batch * row_blocks
   decode = row_blocks == 1 and block_m <= 32
+  if decode and block_m <= 16:
+    return int(max(1, min(num_sms // programs, num_keys // block_k)))
   max_splits = max(1, num_keys // (block_k if decode else 4 * block_k))
   want = pl.cdiv(num_sms, programs) if programs < num_sms else 1
   if decode:
@@ -140,6 +146,20 @@ def default_num_warps(batch, block_m):
   if block_m >= 64 or (block_m == 32 and batch == 1):
     return 8
   return 4
+
+
+def default_num_stages(num_programs, block_m, blocks_per_split, num_sms=132):
+  """Triton pipeline stages: 3 for decode (16-row blocks) when the grid is at most one wave, so that each SM runs
+  one program alone, and each split walks at least 3 key blocks, so that there is a next block to load while the
+  current one is in the dots; else 2. H100, issue 6 round 36, kernel time, 3 stages against 2 at 8 heads and the
+  same splits: 1 x 32K (132 splits of ~4 blocks) 20.1-20.2 us against 23.2; 1 x 64K 33.1 against 35.6; 2 x 32K
+  33.7 against 35.7; 1 x 2 tokens x 32K 22.3 against 25.2; 1 x 16K (~2 blocks a split) 14.3 against 14.9. Two
+  waves gain nothing from them (1 x 128K at 256 splits 62.4 against 61.6; 8 x 32K at 64 splits 118.2 against
+  113.9). 64-row blocks do not fit 3 stages in shared memory (303 KB requested at 1 x 64 heads); 32-row blocks
+  are untimed with 3."""
+  if block_m <= 16 and num_programs <= num_sms and blocks_per_split >= 3:
+    return 3
+  return 2
 
 
 def _partial_dtype(partial_dtype):
@@ -202,7 +222,7 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   if num_warps is None:
     num_warps = default_num_warps(bsz, block_m)
   if num_stages is None:
-    num_stages = 2
+    num_stages = default_num_stages(bsz * pl.cdiv(m, block_m) * num_splits, block_m, s_len // (block_k * num_splits))
   precision = lax.Precision.HIGHEST if q_lat.dtype == jnp.float32 else None
   part_dtype = _partial_dtype(partial_dtype)
   if num_splits == 1:

@@ -32,8 +32,10 @@ GEMV_MAX_TOKENS = 6
 # 79.4-79.8 vs 81.9-83.7; 2 tokens 35.7 vs 35.1 and 1 token 35.0 vs 20.7, so two launches below 4. Twenty-eighth
 # round (H100, k-chunked, two runs): 2 tokens 36.6 / 36.5 vs 33.5 / 34.1; 3 tokens 44.6 / 51.3 vs 49.3 / 49.6 (the
 # two runs disagree), against pallas_gemv's new default below, so still 4. Below it pallas_gemv's defaults skip XLA's
-# pair compaction at 2-3 tokens (pallas_gemv.default_uncompacted_pairs).
-ONE_LAUNCH_MIN_TOKENS = 4
+# pair compaction at 2-3 tokens (pallas_gemv.default_uncompacted_pairs). Thirty-sixth round (H100, k-chunked, two
+# runs), since planes_consts removed the one-launch kernel's counter copy: 3 tokens 37.9 / 38.6 us of kernel time
+# against 45.9 / 45.8 (42.4 / 43.3 us per call against 49.1 / 51.8; stored layout 41.4 against 46.8), so 3.
+ONE_LAUNCH_MIN_TOKENS = 3
 # Above GEMV_MAX_TOKENS and up to this many tokens the grouped kernels' two parts run in one launch
 # (pallas_triton_pipelined.py); above it the two launches of pallas_triton.py. H100, k-chunked 256, us per call
 # (issue 6 twenty-ninth round), one launch against two: 10 tokens 107.5 / 107.4 vs 116.2 / 116.5; 12: 119.1 / 118.4 vs

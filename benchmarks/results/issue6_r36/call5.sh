@@ -1,0 +1,3 @@
+# Issue 6, round 36, call 5 (run inline on the warm machine; this file is that command): one wave of splits with
+# 3 stages (132 splits at 1 x 128K, 16 at 8 x 32K) against the two-wave defaults of the time; 4 stages do not fit.
+mkdir -p $OUT/dec; timeout 230 env PYTHONPATH=. OUT=$OUT/dec python3 benchmarks/kernels.py --only mla --mla-no-sweep --budget 210 --device-span 12 --mla-shapes "1,1,8,16384;1,1,8,131072;8,1,8,32768;1,1,8,65536" --mla-configs '[{"block_k": 32, "num_stages": 3}, {"num_splits": 132, "num_stages": 3}, {"num_splits": 16, "num_stages": 3}, {"num_splits": 128, "num_stages": 4}]' > $OUT/dec.log 2>&1; echo "dec rc $?"; grep -E "copy|mla B=" $OUT/dec.log | cut -c1-900

@@ -113,6 +113,16 @@ def test_default_stages():
   assert stages(1, 64, 32768, block_m=64) == 2 and stages(1, 32, 32768, block_m=32) == 2
 
 
+def test_default_block_k():
+  """32-key blocks only for 16-row decode where 64-key blocks leave a one-wave split under 3 blocks and 32-key
+  blocks give it 3 or more (RESULTS issue 6 round 36): 1 x 16K and 1 x 24K at 8 heads; 64 elsewhere."""
+  from custom_calls.mla_attention.pallas_triton import default_block_k
+  bk = lambda b, rows, keys, block_m=16: default_block_k(b, rows, keys, block_m=block_m)
+  assert [bk(1, 8, 16384), bk(1, 16, 24576)] == [32, 32]
+  assert [bk(1, 8, 8192), bk(1, 8, 32768), bk(1, 8, 131072), bk(8, 8, 16384), bk(1, 8, 48)] == [64] * 5
+  assert bk(1, 32, 16384, block_m=32) == 64 and bk(1, 64, 16384, block_m=64) == 64
+
+
 def test_edge_lengths_and_padding_rows():
   """cache_len 0 and S - T (a full buffer); a query row whose mask is all false gives zeros."""
   b, t, h, s = 2, 6, 4, 80

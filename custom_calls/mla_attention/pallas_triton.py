@@ -132,6 +132,24 @@ def default_num_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=1
   return int(max(1, min(want, max_splits)))
 
 
+def default_block_k(batch, num_rows, num_keys, *, block_m, num_sms=132):
+  """Keys per inner step: 64; 32 for decode with 16-row blocks when 64-key blocks would leave each split of the
+  one-wave grid under 3 blocks and 32-key blocks give it at least 3, so that default_num_stages' third stage has a
+  block to load ahead (about 13K-25K keys at batch 1). H100, issue 6 round 36, kernel time of 1 x 1 x 8 heads x 16K,
+  three runs: 13.6 / 14.0 / 13.7 us with 32-key blocks and 3 stages against 14.9 / 14.7 / 15.0 with 64 and 2. Where
+  either size leaves one or two blocks a split (8K) 64 stays ahead (10.3 against 11.0 with 32 and 3 stages); at 32K
+  64-key blocks already give 3 or more (20.1-20.2 against 20.2-20.5 with 32)."""
+  if block_m <= 16 and num_rows <= block_m:
+    def blocks_per_split(block_k):
+      splits = default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_sms=num_sms)
+      return num_keys // (block_k * splits), batch * splits
+    blocks64, _ = blocks_per_split(64)
+    blocks32, programs32 = blocks_per_split(32)
+    if blocks64 < 3 <= blocks32 and programs32 <= num_sms:
+      return 32
+  return 64
+
+
 def default_block_m(num_rows):
   """Query rows (of T*H) per program: 64, or the rows rounded up to a power of two (at least 16)."""
   return 64 if num_rows >= 64 else max(16, next_pow2(num_rows))
@@ -212,7 +230,7 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   if block_m is None:
     block_m = default_block_m(m)
   if block_k is None:
-    block_k = 64
+    block_k = default_block_k(bsz, m, s_len, block_m=block_m)
   block_k = min(block_k, pow2_at_most(s_len))                     # a key block never exceeds the buffer
   if block_k < 16 or block_m < 16:
     raise ValueError(f"mla_attention_pallas: block_k {block_k} and block_m {block_m} must be >= 16 "

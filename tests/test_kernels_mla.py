@@ -151,7 +151,7 @@ def test_dispatch():
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
 @pytest.mark.parametrize("b,t,h,s", [(1, 1, 8, 8192), (2, 17, 8, 4096), (1, 64, 64, 4096), (1, 4, 8, 8192),
-                                     (1, 1, 8, 32768)])
+                                     (1, 1, 8, 32768), (1, 1, 8, 16384)])
 def test_gpu_kernel(b, t, h, s):
   args = make_inputs(11 + t, b, t, h, s, 512, 64, jnp.bfloat16)
   out = mla_attention(*args, scale=SCALE, impl="pallas")

@@ -174,7 +174,8 @@ def default_num_stages(num_programs, block_m, blocks_per_split, num_sms=132):
   33.7 against 35.7; 1 x 2 tokens x 32K 22.3 against 25.2; 1 x 16K (~2 blocks a split) 14.3 against 14.9. Two
   waves gain nothing from them (1 x 128K at 256 splits 62.4 against 61.6; 8 x 32K at 64 splits 118.2 against
   113.9). 64-row blocks do not fit 3 stages in shared memory (303 KB requested at 1 x 64 heads); 32-row blocks
-  are untimed with 3."""
+  fit (192.5 KB of dynamic shared memory in the sm_90 build at 8 warps, benchmarks/sass_report.py) but are untimed
+  with 3."""
   if block_m <= 16 and num_programs <= num_sms and blocks_per_split >= 3:
     return 3
   return 2
@@ -229,8 +230,8 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   m = t * h
   if block_m is None:
     block_m = default_block_m(m)
-  if block_k is None:
-    block_k = default_block_k(bsz, m, s_len, block_m=block_m)
+  if block_k is None:                       # default_block_k reasons about the default splits
+    block_k = 64 if num_splits is not None else default_block_k(bsz, m, s_len, block_m=block_m)
   block_k = min(block_k, pow2_at_most(s_len))                     # a key block never exceeds the buffer
   if block_k < 16 or block_m < 16:
     raise ValueError(f"mla_attention_pallas: block_k {block_k} and block_m {block_m} must be >= 16 "

@@ -99,7 +99,8 @@ def test_rejects_bad_options():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("n,chunk,opts", [(3, 256, {}), (4, 256, {}), (8, 256, {}), (6, None, {}), (6, 256, dict(lag=1)),
+@pytest.mark.parametrize("n,chunk,opts", [(3, 256, {}), (4, 256, {}), (8, 256, {}), (6, None, {}),
+                                          (6, 256, dict(lag=1)),
                                           (6, 256, dict(lag=1, ticket=True)), (1, 256, dict(wait_sleep_ns=200)),
                                           (6, 256, dict(wait_sleep_ns=200)), (3, 256, dict(wait_sleep_ns=1000)),
                                           (4, 256, dict(wait_flags=16)), (6, 256, dict(lag=1, wait_flags=64))])

@@ -6,6 +6,7 @@
 mkdir -p $OUT/dec $OUT/three; nvidia-smi --query-gpu=name --format=csv | tee $OUT/gpu.txt
 timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels_mla.py \
   "tests/test_moe_gemv_pipelined.py::test_gpu_kernel[3-256-opts0]" 2>&1 | tail -3
+# (That case was first in the list when this ran; it has since moved last, [3-256-opts10], so that older ids hold.)
 timeout 200 env PYTHONPATH=. OUT=$OUT/dec python3 benchmarks/kernels.py --only mla --mla-no-sweep --budget 185 \
   --device-span 12 --mla-shapes "1,1,8,32768;1,1,8,65536;2,1,8,32768;1,2,8,32768;1,1,8,16384;1,1,8,131072" \
   --mla-configs '[{"num_stages": 2}]' > $OUT/dec.log 2>&1

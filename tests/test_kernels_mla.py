@@ -107,7 +107,7 @@ def test_default_stages():
   from custom_calls.mla_attention.pallas_triton import default_num_splits, default_num_stages
   def stages(b, rows, keys, block_m=16, block_k=64):
     splits = default_num_splits(b, rows, keys, block_m=block_m, block_k=block_k)
-    return default_num_stages(b * -(-rows // block_m) * splits, block_m, keys // (block_k * splits))
+    return default_num_stages(b, rows, keys, block_m=block_m, block_k=block_k, num_splits=splits)
   assert [stages(1, 8, 32768), stages(2, 8, 32768), stages(1, 8, 131072), stages(8, 8, 32768)] == [3, 3, 3, 3]
   assert [stages(1, 8, 8192), stages(1, 8, 16384), stages(200, 8, 32768)] == [2, 2, 2]
   assert stages(1, 64, 32768, block_m=64) == 2 and stages(1, 32, 32768, block_m=32) == 2

@@ -133,20 +133,19 @@ def default_num_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=1
 
 
 def default_block_k(batch, num_rows, num_keys, *, block_m, num_sms=132):
-  """Keys per inner step: 64; 32 for decode with 16-row blocks when 64-key blocks would leave each split of the
-  one-wave grid under 3 blocks and 32-key blocks give it at least 3, so that default_num_stages' third stage has a
-  block to load ahead (about 13K-25K keys at batch 1). H100, issue 6 round 36, kernel time of 1 x 1 x 8 heads x 16K,
-  three runs: 13.6 / 14.0 / 13.7 us with 32-key blocks and 3 stages against 14.9 / 14.7 / 15.0 with 64 and 2. Where
-  either size leaves one or two blocks a split (8K) 64 stays ahead (10.3 against 11.0 with 32 and 3 stages); at 32K
-  64-key blocks already give 3 or more (20.1-20.2 against 20.2-20.5 with 32)."""
-  if block_m <= 16 and num_rows <= block_m:
-    def blocks_per_split(block_k):
-      splits = default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_sms=num_sms)
-      return num_keys // (block_k * splits), batch * splits
-    blocks64, _ = blocks_per_split(64)
-    blocks32, programs32 = blocks_per_split(32)
-    if blocks64 < 3 <= blocks32 and programs32 <= num_sms:
-      return 32
+  """Keys per inner step: 64; 32 for decode (one row block) when 64-key blocks would not get default_num_stages'
+  third stage and 32-key blocks would, i.e. where 64-key blocks leave each split of the one-wave grid under 3 blocks
+  and 32-key blocks give it at least 3, so that the third stage has a block to load ahead (about 13K-25K keys at
+  batch 1 and 16-row blocks). H100, issue 6 round 36, kernel time of 1 x 1 x 8 heads x 16K, three runs: 13.6 / 14.0
+  / 13.7 us with 32-key blocks and 3 stages against 14.9 / 14.7 / 15.0 with 64 and 2. Where either size leaves one
+  or two blocks a split (8K) 64 stays ahead (10.3 against 11.0 with 32 and 3 stages); at 32K 64-key blocks already
+  give 3 or more (20.1-20.2 against 20.2-20.5 with 32)."""
+  def stages(block_k):
+    splits = default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_sms=num_sms)
+    return default_num_stages(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_splits=splits,
+                              num_sms=num_sms)
+  if num_rows <= block_m and stages(64) < 3 <= stages(32):
+    return 32
   return 64
 
 
@@ -166,7 +165,7 @@ def default_num_warps(batch, block_m):
   return 4
 
 
-def default_num_stages(num_programs, block_m, blocks_per_split, num_sms=132):
+def default_num_stages(batch, num_rows, num_keys, *, block_m, block_k, num_splits, num_sms=132):
   """Triton pipeline stages: 3 for decode (16-row blocks) when the grid is at most one wave, so that each SM runs
   one program alone, and each split walks at least 3 key blocks, so that there is a next block to load while the
   current one is in the dots; else 2. H100, issue 6 round 36, kernel time, 3 stages against 2 at 8 heads and the
@@ -176,6 +175,8 @@ def default_num_stages(num_programs, block_m, blocks_per_split, num_sms=132):
   113.9). 64-row blocks do not fit 3 stages in shared memory (303 KB requested at 1 x 64 heads); 32-row blocks
   fit (192.5 KB of dynamic shared memory in the sm_90 build at 8 warps, benchmarks/sass_report.py) but are untimed
   with 3."""
+  num_programs = batch * pl.cdiv(num_rows, block_m) * num_splits           # the kernel's grid
+  blocks_per_split = num_keys // (block_k * num_splits)
   if block_m <= 16 and num_programs <= num_sms and blocks_per_split >= 3:
     return 3
   return 2
@@ -241,7 +242,7 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   if num_warps is None:
     num_warps = default_num_warps(bsz, block_m)
   if num_stages is None:
-    num_stages = default_num_stages(bsz * pl.cdiv(m, block_m) * num_splits, block_m, s_len // (block_k * num_splits))
+    num_stages = default_num_stages(bsz, m, s_len, block_m=block_m, block_k=block_k, num_splits=num_splits)
   precision = lax.Precision.HIGHEST if q_lat.dtype == jnp.float32 else None
   part_dtype = _partial_dtype(partial_dtype)
   if num_splits == 1:

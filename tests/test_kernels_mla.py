@@ -77,18 +77,20 @@ def test_partial_dtype_is_what_the_combine_reads():
 
 
 def test_default_splits_fill_a_wave_at_decode():
-  """The decode's default splits (pallas_triton.default_num_splits, RESULTS issue 6 sixth, seventeenth and
-  thirty-sixth rounds): one wave, down to one key block of 64 per split when the keys are few; 32-row decode 8 blocks
-  per split when they are many;
-  a tree (rows beyond one block) keeps at least 4 blocks per split."""
-  from custom_calls.mla_attention.pallas_triton import default_num_splits
+  """The decode's default splits (pallas_triton.default_num_splits, RESULTS issue 6 sixth, seventeenth,
+  thirty-sixth and thirty-seventh rounds): 16- and 32-row blocks never past one wave, down to one key block of 64
+  per split when the keys are few; a tree (rows beyond one block) keeps at least 4 blocks per split."""
+  from custom_calls.mla_attention.pallas_triton import default_num_splits, is_decode
   decode = lambda b, keys: default_num_splits(b, 8, keys, block_m=16, block_k=64)
   assert decode(1, 8192) == 128 and decode(1, 32768) == 132 and decode(1, 131072) == 132
   assert decode(1, 1024) == 16 and decode(1, 32) == 1 and decode(8, 32768) == 16 and decode(200, 32768) == 1
-  decode32 = lambda b, keys: default_num_splits(b, 32, keys, block_m=32, block_k=64)   # 32-row decode: 8 blocks
-  assert decode32(1, 131072) == 256 and decode32(8, 32768) == 64 and decode32(1, 8192) == 128
+  decode32 = lambda b, keys: default_num_splits(b, 32, keys, block_m=32, block_k=64)
+  assert decode32(1, 131072) == 132 and decode32(8, 32768) == 16 and decode32(2, 32768) == 66
+  assert decode32(1, 8192) == 128
   assert default_num_splits(1, 64 * 8, 32768, block_m=64, block_k=64) == 17          # 8 row blocks: one wave
   assert default_num_splits(1, 64 * 8, 2048, block_m=64, block_k=64) == 8            # capped at 4 blocks a split
+  assert default_num_splits(1, 64, 2048, block_m=64, block_k=64) == 8                # 64-row blocks: not decode
+  assert [is_decode(8, 16), is_decode(32, 32), is_decode(64, 64), is_decode(24, 16)] == [True, True, False, False]
 
 
 def test_default_warps():
@@ -100,27 +102,34 @@ def test_default_warps():
 
 
 def test_default_stages():
-  """3 pipeline stages for decode when the grid is one wave or less and each split walks at least 3 key blocks
-  (RESULTS issue 6 round 36), else 2; at the dispatch's own splits (one wave): 1 x 32K, 2 x 32K, 1 x 128K and
-  8 x 32K at 8 heads get 3; 1 x 8K (one block a split), 1 x 16K (~2), 200 x 32K (two waves of one split), 32- and
-  64-row blocks get 2."""
+  """3 pipeline stages for 16- and 32-row blocks when the grid is one wave or less and each split walks at least
+  3 key blocks (RESULTS issue 6 rounds 36-37), else 2; at the dispatch's own splits (one wave): 1 x 32K, 2 x 32K,
+  1 x 128K and 8 x 32K at 8 heads, and 1 x 32K, 8 x 32K at 4 tokens of 8 heads get 3; 1 x 8K (one block a split),
+  1 x 16K (~2), 200 x 32K (two waves of one split), 64-row blocks and a grid past one wave get 2."""
   from custom_calls.mla_attention.pallas_triton import default_num_splits, default_num_stages
   def stages(b, rows, keys, block_m=16, block_k=64):
     splits = default_num_splits(b, rows, keys, block_m=block_m, block_k=block_k)
     return default_num_stages(b, rows, keys, block_m=block_m, block_k=block_k, num_splits=splits)
   assert [stages(1, 8, 32768), stages(2, 8, 32768), stages(1, 8, 131072), stages(8, 8, 32768)] == [3, 3, 3, 3]
+  assert [stages(1, 32, 32768, block_m=32), stages(8, 32, 32768, block_m=32)] == [3, 3]
   assert [stages(1, 8, 8192), stages(1, 8, 16384), stages(200, 8, 32768)] == [2, 2, 2]
-  assert stages(1, 64, 32768, block_m=64) == 2 and stages(1, 32, 32768, block_m=32) == 2
+  assert stages(1, 64, 32768, block_m=64) == 2
+  assert default_num_stages(8, 32, 32768, block_m=32, block_k=64, num_splits=64) == 2     # 512 programs
+  assert default_num_stages(1, 32, 32768, block_m=32, block_k=64, num_splits=132) == 3
 
 
 def test_default_block_k():
-  """32-key blocks only for 16-row decode where 64-key blocks leave a one-wave split under 3 blocks and 32-key
-  blocks give it 3 or more (RESULTS issue 6 round 36): 1 x 16K and 1 x 24K at 8 heads; 64 elsewhere."""
+  """At 16-row decode: 16- or 32-key blocks where 64-key blocks leave the grid under half a wave (few keys), else 32 where
+  64-key blocks leave a one-wave split under 3 blocks and 32-key blocks give it 3 or more (RESULTS issue 6 rounds
+  36-37); 64 elsewhere."""
   from custom_calls.mla_attention.pallas_triton import default_block_k
   bk = lambda b, rows, keys, block_m=16: default_block_k(b, rows, keys, block_m=block_m)
-  assert [bk(1, 8, 16384), bk(1, 16, 24576)] == [32, 32]
-  assert [bk(1, 8, 8192), bk(1, 8, 32768), bk(1, 8, 131072), bk(8, 8, 16384), bk(1, 8, 48)] == [64] * 5
-  assert bk(1, 32, 16384, block_m=32) == 64 and bk(1, 64, 16384, block_m=64) == 64
+  assert [bk(1, 8, 1024), bk(1, 8, 2048), bk(1, 16, 2048), bk(1, 8, 48)] == [16] * 4     # few keys: fill the wave
+  assert bk(1, 8, 4096) == 32 and bk(1, 8, 3072) == 32
+  assert [bk(1, 8, 16384), bk(1, 16, 24576)] == [32, 32]                               # the third stage
+  assert [bk(1, 32, 2048, block_m=32), bk(1, 32, 16384, block_m=32)] == [64, 64]       # 32-row decode: 64
+  assert [bk(1, 8, 8192), bk(1, 8, 32768), bk(1, 8, 131072), bk(8, 8, 16384), bk(4, 8, 2048)] == [64] * 5
+  assert bk(1, 64, 2048, block_m=64) == 64 and bk(1, 64, 16384, block_m=64) == 64 and bk(1, 24, 2048) == 64
 
 
 def test_edge_lengths_and_padding_rows():

@@ -203,11 +203,11 @@ def test_supported_shapes_and_default_splits():
   assert not supported(*k26[:2], sd((1, 1000, R), bf), sd((1, 1000, P), bf))  # S must be a multiple of 128
   assert not supported(*(sd(x.shape, jnp.float32) for x in k26))              # bf16 only
   assert MOSAIC_MIN_ROWS == 64
-  # one CTA per SM, at most one wave of 132, at least 2 key pairs (256 keys) a split
+  # one CTA per SM, at most one wave of 132, at least one key pair (128 keys) a split
   assert default_num_splits(8, 16 * 64, 4096) == 1           # 128 row tiles
   assert default_num_splits(1, 64 * 8, 32768) == 16          # 8 row tiles
   assert default_num_splits(1, 64, 131072) == 132
-  assert default_num_splits(1, 64, 1024) == 4                # capped by the 8 key pairs
+  assert default_num_splits(1, 64, 1024) == 8                # capped by the 8 key pairs
 
 
 def test_device_supported_only_on_hopper(monkeypatch):

@@ -177,18 +177,22 @@ def test_gpu_kernel(n, kernel):
 
 
 def test_gemv_through_dispatch_repeated_experts_and_traced_offset():
-  """Below ONE_LAUNCH_MIN_TOKENS tokens the dispatch runs pallas_gemv's two launches: a token routed twice to one
-  expert counts twice, a token with no local expert gives an exact zero row, and the offset may be traced. (From
-  there to GEMV_MAX_TOKENS: tests/test_moe_gemv_pipelined.py.)"""
+  """Below ONE_LAUNCH_MIN_TOKENS tokens (one token) the dispatch runs pallas_gemv's two launches: a token routed
+  twice to one expert counts twice, a token with no local expert gives an exact zero row, and the offset may be
+  traced. (From there to GEMV_MAX_TOKENS: tests/test_moe_gemv_pipelined.py.)"""
   from custom_calls.moe_int4 import ONE_LAUNCH_MIN_TOKENS
   n, k, e_total, e_local, offset = ONE_LAUNCH_MIN_TOKENS - 1, 4, 12, 6, 4
-  assert n >= 2
-  ids = np.array([[4, 4, 1, 7], [0, 1, 2, 11], [6, 9, 9, 3]])[:n]   # token 1: nothing in [4, 10)
-  x, ids, w, experts = make_inputs(11, n, k, e_total, e_local, 256, 256, jnp.float32, ids=ids)
-  f = jax.jit(lambda off: routed_experts_int4(x, ids, w, *experts, expert_offset=off, impl="pallas_interpret"))
-  out = f(jnp.int32(offset))
-  assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < 1e-5
-  np.testing.assert_array_equal(np.asarray(out[1]), 0.0)
+  assert n >= 1
+  for seed, token_ids in ((11, [4, 4, 1, 7]), (12, [0, 1, 2, 11])):   # a repeated local expert; none in [4, 10)
+    ids = np.array([token_ids] * n)
+    x, ids, w, experts = make_inputs(seed, n, k, e_total, e_local, 256, 256, jnp.float32, ids=ids)
+    f = jax.jit(lambda off: routed_experts_int4(x, ids, w, *experts, expert_offset=off, impl="pallas_interpret"))
+    assert "moe_int4_gemv_pipelined" not in str(jax.make_jaxpr(f)(jnp.int32(offset)))
+    out = f(jnp.int32(offset))
+    if token_ids[0] == 0:                                            # no local expert: an exact zero row
+      np.testing.assert_array_equal(np.asarray(out), 0.0)
+    else:
+      assert rel_err(out, reference_f32(x, ids, w, experts, offset)) < 1e-5
 
 
 GEMV_CASES = [

@@ -104,7 +104,7 @@ def test_rejects_bad_options():
                                           (6, 256, dict(lag=1, ticket=True)), (1, 256, dict(wait_sleep_ns=200)),
                                           (6, 256, dict(wait_sleep_ns=200)), (3, 256, dict(wait_sleep_ns=1000)),
                                           (4, 256, dict(wait_flags=16)), (6, 256, dict(lag=1, wait_flags=64)),
-                                          (3, 256, {})])
+                                          (3, 256, {}), (2, 256, {})])
 def test_gpu_kernel(n, chunk, opts):
   """Compiled at the K2.6 shard's shapes (the counters' waits really run; at lag 1 the down programs wait on
   gate/up programs still running): against the XLA reference and, bit for bit, pallas_gemv's two launches. Twice in

@@ -104,47 +104,61 @@ def _mla_kernel(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mask_ref, o_ref, lse_r
   plgpu.store(lse_ref.at[b, j, pl.ds(i * block_m, block_m)], lse, mask=row_ok)
 
 
-DECODE_KEYS_PER_SPLIT_BLOCKS = 8   # 32-row decode: key blocks per split (H200 sweeps: ~500 keys per split was best)
+def is_decode(num_rows, block_m):
+  """Whether the launch is decode: one row block of at most 32 rows (a few heads of one token, or a few tree tokens
+  at 8 heads), memory-bound, with tiny per-split partial outputs."""
+  return num_rows <= block_m <= 32
 
 
 def default_num_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=132):
-  """Enough programs for about one wave of the chip, but at least 4 key blocks per split (decode: at least one).
+  """Enough programs for about one wave of the chip, but at least 4 key blocks per split; decode (is_decode) never
+  past one wave (num_sms programs), down to one key block per split when the keys are few.
 
-  Decode (one row block of at most 32 rows, i.e. a few heads of one token) is memory-bound and its partial
-  outputs are tiny, so it splits down to one key block per split when the keys are few (H100, seventeenth round:
-  1 x 8 heads x 8K 0.014 ms at 128 splits of one block against 0.021 at 32 of four). When they are many:
-  - 16-row blocks: never past one wave (num_sms programs), where default_num_stages gives each program 3 stages;
-    one wave of 3-stage programs beat the two or more waves of 8-block splits that were the default until round 36
-    (H100, issue 6 round 36, kernel time: 1 x 8 heads x 128K 57.3 us at 132 splits against 61.7 at 256;
-    8 x 8 heads x 32K 104.5 at 16 splits against 115.6 at 64);
-  - 32-row blocks (default_num_stages keeps 2; one wave untimed): DECODE_KEYS_PER_SPLIT_BLOCKS blocks per split
-    (H200, sixth round: 1 x 8 heads x 128K 0.071 ms at 264 splits against 0.090 at 132; 8 x 8 heads x 32K 0.112
-    at 66 against 0.130 at 17, both at 2 stages)."""
+  Decode splits down to one key block when the keys are few (H100, seventeenth round: 1 x 8 heads x 8K 0.014 ms at
+  128 splits of one block against 0.021 at 32 of four). When they are many, one wave of programs with
+  default_num_stages' 3 stages beats two or more waves of 8-block splits, the default until round 36 (16-row blocks)
+  and round 37 (32-row blocks). H100, kernel time (benchmarks/RESULTS.md, issue 6):
+  - 16-row blocks, round 36: 1 x 8 heads x 128K 57.3 us at 132 splits against 61.7 at 256; 8 x 8 heads x 32K
+    104.5 at 16 splits against 115.6 at 64;
+  - 32-row blocks (4 tree tokens at 8 heads), round 37: 1 x 128K 68.5 us at 132 splits against 91.2 at 256
+    (2 stages); 8 x 32K 116.3 at 16 splits against 163.1-167.4 at 64 (2 stages) and 157.0-158.0 at 64 (3)."""
   row_blocks = pl.cdiv(num_rows, block_m)
   programs = batch * row_blocks
-  decode = row_blocks == 1 and block_m <= 32
-  if decode and block_m <= 16:
+  if is_decode(num_rows, block_m):
     return int(max(1, min(num_sms // programs, num_keys // block_k)))
-  max_splits = max(1, num_keys // (block_k if decode else 4 * block_k))
+  max_splits = max(1, num_keys // (4 * block_k))
   want = pl.cdiv(num_sms, programs) if programs < num_sms else 1
-  if decode:
-    want = max(want, num_keys // (DECODE_KEYS_PER_SPLIT_BLOCKS * block_k))
   return int(max(1, min(want, max_splits)))
 
 
 def default_block_k(batch, num_rows, num_keys, *, block_m, num_sms=132):
-  """Keys per inner step: 64; 32 for decode (one row block) when 64-key blocks would not get default_num_stages'
-  third stage and 32-key blocks would, i.e. where 64-key blocks leave each split of the one-wave grid under 3 blocks
-  and 32-key blocks give it at least 3, so that the third stage has a block to load ahead (about 13K-25K keys at
-  batch 1 and 16-row blocks). H100, issue 6 round 36, kernel time of 1 x 1 x 8 heads x 16K, three runs: 13.6 / 14.0
-  / 13.7 us with 32-key blocks and 3 stages against 14.9 / 14.7 / 15.0 with 64 and 2. Where either size leaves one
-  or two blocks a split (8K) 64 stays ahead (10.3 against 11.0 with 32 and 3 stages); at 32K 64-key blocks already
-  give 3 or more (20.1-20.2 against 20.2-20.5 with 32)."""
+  """Keys per inner step: 64, except at decode with 16-row blocks (at most 16 heads x tokens):
+  - when 64-key blocks leave the default grid under half a wave (few keys: about 4K or less at batch 1), the
+    largest of 32 and 16 that fills half a wave, else 16; more, shorter splits keep more SMs loading. H100, issue 6
+    round 37, kernel time at 1 x 1 x 8 heads, two runs: 1K 5.4 / 5.4 us with 16-key blocks against 6.8 / 6.7 with
+    64 (32: 6.2); 2K 5.8 / 5.8 with 16 against 7.1 / 7.1 (32: 6.3); 4K (32 fills half a wave) 7.4 with 32
+    against 7.5 with 64 and 8.1 with 16; 1 x 2 tokens x 2K 7.1 with 16 against 7.9 (32: 6.8); at 4 x 2K, where 64
+    already fills the wave, 64 stays ahead (10.2 against 13.0 with 16);
+  - else 32 when 64-key blocks would not get default_num_stages' third stage and 32-key blocks would, i.e. where
+    64-key blocks leave each split of the one-wave grid under 3 blocks and 32-key blocks give it at least 3, so
+    that the third stage has a block to load ahead (about 13K-25K keys at batch 1). H100, issue 6 rounds 36-37,
+    kernel time of 1 x 1 x 8 heads: 16K 13.6 / 14.0 / 13.7 / 13.9 us with 32-key blocks and 3 stages against
+    14.9 / 14.7 / 15.0 / 14.8 with 64 and 2; 24K 16.7 against 19.1. Where either size leaves one or two blocks a
+    split (8K) 64 stays ahead (10.3 against 11.0 with 32 and 3 stages); at 32K 64-key blocks already give 3 or
+    more (20.1-20.2 against 20.2-20.5 with 32).
+  32-row decode keeps 64: round 37 (H100, kernel time, 1 x 4 tokens x 8 heads) timed 16K at 23.1 us with 32-key
+  blocks and 3 stages against 22.4 with 64 and 2, and 2K at 11.8 with 16-key blocks against 10.6 with 64."""
+  if not (is_decode(num_rows, block_m) and block_m <= 16):
+    return 64
+  def grid(block_k):
+    return batch * default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_sms=num_sms)
   def stages(block_k):
     splits = default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_sms=num_sms)
     return default_num_stages(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_splits=splits,
                               num_sms=num_sms)
-  if num_rows <= block_m and stages(64) < 3 <= stages(32):
+  if 2 * grid(64) < num_sms:
+    return 32 if 2 * grid(32) >= num_sms else 16
+  if stages(64) < 3 <= stages(32):
     return 32
   return 64
 
@@ -166,18 +180,22 @@ def default_num_warps(batch, block_m):
 
 
 def default_num_stages(batch, num_rows, num_keys, *, block_m, block_k, num_splits, num_sms=132):
-  """Triton pipeline stages: 3 for decode (16-row blocks) when the grid is at most one wave, so that each SM runs
-  one program alone, and each split walks at least 3 key blocks, so that there is a next block to load while the
-  current one is in the dots; else 2. H100, issue 6 round 36, kernel time, 3 stages against 2 at 8 heads and the
-  same splits: 1 x 32K (132 splits of ~4 blocks) 20.1-20.2 us against 23.2; 1 x 64K 33.1 against 35.6; 2 x 32K
-  33.7 against 35.7; 1 x 2 tokens x 32K 22.3 against 25.2; 1 x 16K (~2 blocks a split) 14.3 against 14.9. Two
-  waves gain nothing from them (1 x 128K at 256 splits 62.4 against 61.6; 8 x 32K at 64 splits 118.2 against
-  113.9). 64-row blocks do not fit 3 stages in shared memory (303 KB requested at 1 x 64 heads); 32-row blocks
-  fit (192.5 KB of dynamic shared memory in the sm_90 build at 8 warps, benchmarks/sass_report.py) but are untimed
-  with 3."""
+  """Triton pipeline stages: 3 for blocks of at most 32 rows (decode) when the grid is at most one wave, so that
+  each SM runs one program alone, and each split walks at least 3 key blocks, so that there is a next block to load
+  while the current one is in the dots; else 2. H100, kernel time, 3 stages against 2 at the same splits
+  (benchmarks/RESULTS.md, issue 6):
+  - 16-row blocks (8 heads), round 36: 1 x 32K (132 splits of ~4 blocks) 20.1-20.2 us against 23.2; 1 x 64K 33.1
+    against 35.6; 2 x 32K 33.7 against 35.7; 1 x 2 tokens x 32K 22.3 against 25.2; 1 x 16K (~2 blocks a split)
+    14.3 against 14.9;
+  - 32-row blocks (4 tokens x 8 heads), round 37: 1 x 32K 28.6 against 34.4 (132 splits); 1 x 64K 42.5 against
+    50.7; 2 x 32K 43.6 against 53.9 (66 splits); 8 x 32K 116.3 against 139.0 (16 splits);
+  Two waves gain little or nothing from them (16 rows: 1 x 128K at 256 splits 62.4 against 61.6; 8 x 32K at 64
+  splits 118.2 against 113.9; 32 rows: 8 x 32K at 64 splits 157.0-158.0 against 163.1-167.4). 64-row blocks do not
+  fit 3 stages in shared memory (303 KB requested at 1 x 64 heads); 32-row blocks fit (192.5 KB of dynamic shared
+  memory in the sm_90 build at 8 warps, benchmarks/sass_report.py)."""
   num_programs = batch * pl.cdiv(num_rows, block_m) * num_splits           # the kernel's grid
   blocks_per_split = num_keys // (block_k * num_splits)
-  if block_m <= 16 and num_programs <= num_sms and blocks_per_split >= 3:
+  if block_m <= 32 and num_programs <= num_sms and blocks_per_split >= 3:
     return 3
   return 2
 

@@ -35,7 +35,9 @@ GEMV_MAX_TOKENS = 6
 # pair compaction at 2-3 tokens (pallas_gemv.default_uncompacted_pairs). Thirty-sixth round (H100, k-chunked, two
 # runs), since planes_consts removed the one-launch kernel's counter copy: 3 tokens 37.9 / 38.6 us of kernel time
 # against 45.9 / 45.8 (42.4 / 43.3 us per call against 49.1 / 51.8; stored layout 41.4 against 46.8), so 3.
-ONE_LAUNCH_MIN_TOKENS = 3
+# Thirty-seventh round (H100, k-chunked, kernel time, three runs): 2 tokens 29.2 / 29.4 / 29.3 us against two
+# launches' 30.4 / 30.3 / 30.4, so 2. One token stays on two launches (35.0 against 20.7 in round 27).
+ONE_LAUNCH_MIN_TOKENS = 2
 # Above GEMV_MAX_TOKENS and up to this many tokens the grouped kernels' two parts run in one launch
 # (pallas_triton_pipelined.py); above it the two launches of pallas_triton.py. H100, k-chunked 256, us per call
 # (issue 6 twenty-ninth round), one launch against two: 10 tokens 107.5 / 107.4 vs 116.2 / 116.5; 12: 119.1 / 118.4 vs

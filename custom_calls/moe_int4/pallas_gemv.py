@@ -364,7 +364,7 @@ def default_gemv_blocks(num_tokens):
   (2048 / 4 = 512 gate/up tiles).
   Above GEMV_MAX_TOKENS (6) the dispatch runs the grouped kernels (at 64 tokens sorted runs of 2 took 0.98 ms,
   grouped 0.61; at 7-8 tokens the grouped kernels in one launch tie or beat these blocks in one launch, H100, issue 6
-  twenty-ninth round). From ONE_LAUNCH_MIN_TOKENS (3 since round 36) these blocks run in one launch
+  twenty-ninth round). From ONE_LAUNCH_MIN_TOKENS (2 since round 37) these blocks run in one launch
   (pallas_gemv_pipelined.py)."""
   if num_tokens <= 8:
     # H200, k-chunked experts, us (benchmarks/RESULTS.md, issue 6 fifteenth round, calls 3-4): 4 warps with the
@@ -385,8 +385,8 @@ def default_uncompacted_pairs(num_tokens):
   tokens. H100, k-chunked 256 experts, us per call, two runs (benchmarks/RESULTS.md, issue 6 twenty-eighth round,
   call 2): 2 tokens 33.5 / 34.1 against 35.9 / 35.0 compacted; 3 tokens 49.3 / 49.6 against 50.8 / 50.9. Without
   compaction but N splits: 42.1 / 41.8 at 2 tokens (slower), 49.0 / 48.2 at 3. One token visits its pairs in one
-  program anyway (pair_splits 1: no compaction); from ONE_LAUNCH_MIN_TOKENS the one-launch kernel runs (3 tokens
-  too since round 36, so the dispatch uses this only at 2; a direct call at 3 still gets it)."""
+  program anyway (pair_splits 1: no compaction); from ONE_LAUNCH_MIN_TOKENS the one-launch kernel runs (2 tokens
+  too since round 37, so the dispatch no longer uses this; direct calls at 2-3 tokens still get it)."""
   return 2 <= num_tokens <= 3
 
 

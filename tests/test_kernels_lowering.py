@@ -206,7 +206,8 @@ def test_moe_kernels_on_k_chunks_lower_for_h200(kernel, block_k):
 
 
 @pytest.mark.parametrize("b,t,h,s,num_splits,modules", [(1, 1, 8, 4096, None, 2), (1, 17, 8, 1024, 1, 1),
-                                                        (2, 16, 64, 512, None, 2)])
+                                                        (2, 16, 64, 512, None, 2),
+                                                        (1, 1, 8, 1024, None, 2)])   # 16-key blocks (default_block_k)
 def test_mla_kernel_lowers_for_h200(b, t, h, s, num_splits, modules):
   args = (S((b, t, h, 512), jnp.bfloat16), S((b, t, h, 64), jnp.bfloat16), S((b, s, 512), jnp.bfloat16),
           S((b, s, 64), jnp.bfloat16), S((b,), jnp.int32), S((b, t, t), jnp.bool_))

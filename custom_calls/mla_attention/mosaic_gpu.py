@@ -139,9 +139,10 @@ def reserve_cpu_threads_for_interpret():
 
 def default_num_splits(batch, num_rows, num_keys, num_sms=_NUM_SMS):
   """At most one wave of CTAs (one per SM: the kernel takes all of an SM's shared memory), at least one key-block
-  pair per split. At 1 x 1 x 64 heads x 8K one pair a split (64 splits) took 16.0 us of kernel time against 17.6
-  at two (32; H100, issue 6 round 37); at least two pairs a split was the rule before. H200, issue 6 seventh round: 8 x 16 x 64 heads x 4K (128 tiles) 0.211 ms unsplit against
-  0.235 at 2 splits; 1 x 257 x 8 x 32K (33 tiles) 0.375 at 4 against 0.655 at 2 and 0.402 at 8;
+  pair per split. H100, issue 6 round 37, kernel time at 1 x 1 x 64 heads: 8K 16.0 us at one pair a split (64
+  splits) against 17.6 at two (32), the rule until then; 4K 14.2 at 32 against 16.0 at 16; at 32K 128 splits of
+  two pairs stay (29.8 against 31.5 at 64). H200, issue 6 seventh round: 8 x 16 x 64 heads x 4K (128 tiles)
+  0.211 ms unsplit against 0.235 at 2 splits; 1 x 257 x 8 x 32K (33 tiles) 0.375 at 4 against 0.655 at 2 and 0.402 at 8;
   1 x 64 x 8 x 32K (8 tiles) 0.129 at 17 against 0.188 at 8 and 0.146 at 34; 1 x 1 x 64 x 128K 0.097 at 132
   against 0.120 at 66 and 0.118 at 264."""
   programs = batch * pl.cdiv(num_rows, BM)

@@ -119,9 +119,9 @@ def test_default_stages():
 
 
 def test_default_block_k():
-  """At 16-row decode: 16- or 32-key blocks where 64-key blocks leave the grid under half a wave (few keys), else 32 where
-  64-key blocks leave a one-wave split under 3 blocks and 32-key blocks give it 3 or more (RESULTS issue 6 rounds
-  36-37); 64 elsewhere."""
+  """At 16-row decode: 16- or 32-key blocks where 64-key blocks leave the grid under half a wave (few keys), else
+  32 where 64-key blocks leave a one-wave split under 3 blocks and 32-key blocks give it 3 or more (RESULTS issue 6
+  rounds 36-37); 64 elsewhere, 32-row decode included."""
   from custom_calls.mla_attention.pallas_triton import default_block_k
   bk = lambda b, rows, keys, block_m=16: default_block_k(b, rows, keys, block_m=block_m)
   assert [bk(1, 8, 1024), bk(1, 8, 2048), bk(1, 16, 2048), bk(1, 8, 48)] == [16] * 4     # few keys: fill the wave

@@ -118,9 +118,7 @@ def main(argv=None):
         row["times_s"]["kernel"] = timeit(kern, [kargs])
       row["times_s"]["mask"] = timeit(mask_fn, [margs])
     else:     # the Triton kernel's f32 partials
-      block_m = pallas_triton.default_block_m(t * h)
-      block_k = pallas_triton.default_block_k(b, t * h, s, block_m=block_m)     # the dispatch's own choice
-      splits = pallas_triton.default_num_splits(b, t * h, s, block_m=block_m, block_k=block_k)
+      _, _, splits, _, _ = pallas_triton.launch_params(b, t * h, s)       # the dispatch's own choice
       cargs = combine_args(s + h, b, splits, t * h, jnp.float32)
     row["combine_splits"] = splits
     # The chain's add goes to the first argument: the log-sum-exps (a few KB), not the partials. On the partials

@@ -150,14 +150,13 @@ def default_block_k(batch, num_rows, num_keys, *, block_m, num_sms=132):
   blocks and 3 stages against 22.4 with 64 and 2, and 2K at 11.8 with 16-key blocks against 10.6 with 64."""
   if not (is_decode(num_rows, block_m) and block_m <= 16):
     return 64
-  def grid(block_k):
-    return batch * default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_sms=num_sms)
+  def splits(block_k):
+    return default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_sms=num_sms)
   def stages(block_k):
-    splits = default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_sms=num_sms)
-    return default_num_stages(batch, num_rows, num_keys, block_m=block_m, block_k=block_k, num_splits=splits,
-                              num_sms=num_sms)
-  if 2 * grid(64) < num_sms:
-    return 32 if 2 * grid(32) >= num_sms else 16
+    return default_num_stages(batch, num_rows, num_keys, block_m=block_m, block_k=block_k,
+                              num_splits=splits(block_k), num_sms=num_sms)
+  if 2 * batch * splits(64) < num_sms:                               # decode's grid is batch x splits
+    return 32 if 2 * batch * splits(32) >= num_sms else 16
   if stages(64) < 3 <= stages(32):
     return 32
   return 64
@@ -198,6 +197,29 @@ def default_num_stages(batch, num_rows, num_keys, *, block_m, block_k, num_split
   if block_m <= 32 and num_programs <= num_sms and blocks_per_split >= 3:
     return 3
   return 2
+
+
+def launch_params(batch, num_rows, num_keys, *, block_m=None, block_k=None, num_splits=None, num_warps=None,
+                  num_stages=None):
+  """The launch's (block_m, block_k, num_splits, num_warps, num_stages): each given value kept (block_k clipped to
+  the buffer), each None the default_* choice; block_k's default is 64 when num_splits is given, since
+  default_block_k reasons about the default splits. A block under 16 rows or keys is a ValueError."""
+  if block_m is None:
+    block_m = default_block_m(num_rows)
+  if block_k is None:
+    block_k = 64 if num_splits is not None else default_block_k(batch, num_rows, num_keys, block_m=block_m)
+  block_k = min(block_k, pow2_at_most(num_keys))                  # a key block never exceeds the buffer
+  if block_k < 16 or block_m < 16:
+    raise ValueError(f"mla_attention_pallas: block_k {block_k} and block_m {block_m} must be >= 16 "
+                     f"(S = {num_keys} keys in the cache buffer)")
+  if num_splits is None:
+    num_splits = default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k)
+  if num_warps is None:
+    num_warps = default_num_warps(batch, block_m)
+  if num_stages is None:
+    num_stages = default_num_stages(batch, num_rows, num_keys, block_m=block_m, block_k=block_k,
+                                    num_splits=num_splits)
+  return block_m, block_k, num_splits, num_warps, num_stages
 
 
 def _partial_dtype(partial_dtype):
@@ -247,20 +269,9 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   if block_mask.shape != (bsz, t, t):
     raise ValueError(f"mla_attention_pallas: block_mask {block_mask.shape}, expected {(bsz, t, t)}")
   m = t * h
-  if block_m is None:
-    block_m = default_block_m(m)
-  if block_k is None:                       # default_block_k reasons about the default splits
-    block_k = 64 if num_splits is not None else default_block_k(bsz, m, s_len, block_m=block_m)
-  block_k = min(block_k, pow2_at_most(s_len))                     # a key block never exceeds the buffer
-  if block_k < 16 or block_m < 16:
-    raise ValueError(f"mla_attention_pallas: block_k {block_k} and block_m {block_m} must be >= 16 "
-                     f"(S = {s_len} keys in the cache buffer)")
-  if num_splits is None:
-    num_splits = default_num_splits(bsz, m, s_len, block_m=block_m, block_k=block_k)
-  if num_warps is None:
-    num_warps = default_num_warps(bsz, block_m)
-  if num_stages is None:
-    num_stages = default_num_stages(bsz, m, s_len, block_m=block_m, block_k=block_k, num_splits=num_splits)
+  block_m, block_k, num_splits, num_warps, num_stages = launch_params(
+      bsz, m, s_len, block_m=block_m, block_k=block_k, num_splits=num_splits, num_warps=num_warps,
+      num_stages=num_stages)
   precision = lax.Precision.HIGHEST if q_lat.dtype == jnp.float32 else None
   part_dtype = _partial_dtype(partial_dtype)
   if num_splits == 1:

@@ -106,10 +106,9 @@ def test_default_stages():
   3 key blocks (RESULTS issue 6 rounds 36-37), else 2; at the dispatch's own splits (one wave): 1 x 32K, 2 x 32K,
   1 x 128K and 8 x 32K at 8 heads, and 1 x 32K, 8 x 32K at 4 tokens of 8 heads get 3; 1 x 8K (one block a split),
   1 x 16K (~2), 200 x 32K (two waves of one split), 64-row blocks and a grid past one wave get 2."""
-  from custom_calls.mla_attention.pallas_triton import default_num_splits, default_num_stages
-  def stages(b, rows, keys, block_m=16, block_k=64):
-    splits = default_num_splits(b, rows, keys, block_m=block_m, block_k=block_k)
-    return default_num_stages(b, rows, keys, block_m=block_m, block_k=block_k, num_splits=splits)
+  from custom_calls.mla_attention.pallas_triton import default_num_stages, launch_params
+  def stages(b, rows, keys, block_m=16, block_k=64):               # at the default splits
+    return launch_params(b, rows, keys, block_m=block_m, block_k=block_k)[4]
   assert [stages(1, 8, 32768), stages(2, 8, 32768), stages(1, 8, 131072), stages(8, 8, 32768)] == [3, 3, 3, 3]
   assert [stages(1, 32, 32768, block_m=32), stages(8, 32, 32768, block_m=32)] == [3, 3]
   assert [stages(1, 8, 8192), stages(1, 8, 16384), stages(200, 8, 32768)] == [2, 2, 2]
@@ -160,7 +159,8 @@ def test_dispatch():
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
 @pytest.mark.parametrize("b,t,h,s", [(1, 1, 8, 8192), (2, 17, 8, 4096), (1, 64, 64, 4096), (1, 4, 8, 8192),
-                                     (1, 1, 8, 32768), (1, 1, 8, 16384)])
+                                     (1, 1, 8, 32768), (1, 1, 8, 16384),
+                                     (1, 4, 8, 32768), (1, 1, 8, 1024)])   # 32 rows, 3 stages; 16-key blocks
 def test_gpu_kernel(b, t, h, s):
   args = make_inputs(11 + t, b, t, h, s, 512, 64, jnp.bfloat16)
   out = mla_attention(*args, scale=SCALE, impl="pallas")

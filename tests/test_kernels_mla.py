@@ -94,10 +94,12 @@ def test_default_splits_fill_a_wave_at_decode():
 
 
 def test_default_warps():
-  """8 warps for 64-row blocks and for 32-row blocks at batch 1 (4 spill there; RESULTS issue 6 round 35), 4 for
-  32-row blocks at batch 8 and for decode's 16-row blocks."""
+  """8 warps for 64-row blocks and for 32-row blocks up to batch 4 (4 spill there; RESULTS issue 6 rounds 35 and
+  38), 4 for 32-row blocks from batch 5 and for decode's 16-row blocks."""
   from custom_calls.mla_attention.pallas_triton import default_num_warps
   assert [default_num_warps(1, bm) for bm in (16, 32, 64)] == [4, 8, 8]
+  assert [default_num_warps(4, bm) for bm in (16, 32, 64)] == [4, 8, 8]
+  assert [default_num_warps(5, bm) for bm in (16, 32, 64)] == [4, 4, 8]
   assert [default_num_warps(8, bm) for bm in (16, 32, 64)] == [4, 4, 8]
 
 
@@ -160,7 +162,8 @@ def test_dispatch():
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
 @pytest.mark.parametrize("b,t,h,s", [(1, 1, 8, 8192), (2, 17, 8, 4096), (1, 64, 64, 4096), (1, 4, 8, 8192),
                                      (1, 1, 8, 32768), (1, 1, 8, 16384),
-                                     (1, 4, 8, 32768), (1, 1, 8, 1024)])   # 32 rows, 3 stages; 16-key blocks
+                                     (1, 4, 8, 32768), (1, 1, 8, 1024),   # 32 rows, 3 stages; 16-key blocks
+                                     (2, 4, 8, 16384)])                   # 32 rows at batch 2: 8 warps, 3 stages
 def test_gpu_kernel(b, t, h, s):
   args = make_inputs(11 + t, b, t, h, s, 512, 64, jnp.bfloat16)
   out = mla_attention(*args, scale=SCALE, impl="pallas")

@@ -169,11 +169,15 @@ def default_block_m(num_rows):
 
 def default_num_warps(batch, block_m):
   """Triton warps per program: 8 for 64-row blocks; for 32-row blocks (T x H of 17-32, e.g. a 4-token tree at
-  8 heads) 8 at batch 1, where 4 warps spill (255 registers and 128 B of stack against 177 and none, sm_90 SASS)
-  and 8 were 9-19% faster (H100, issue 6 round 35: 1 x 4 x 8 x 8K 16.1 against 19.8 us of kernel time,
-  1 x 4 x 8 x 32K 33.6 against 36.9, 1 x 3 x 8 x 32K 32.9 against 36.0), but 4 at batch 8, where 8 were 3%
-  slower (8 x 4 x 8 x 32K 170.5 against 165.2; batches 2-7 untimed); 4 for 16-row blocks (decode)."""
-  if block_m >= 64 or (block_m == 32 and batch == 1):
+  8 heads) 8 up to batch 4, where 4 warps spill (255 registers and 128-168 B of stack against 177 and none, sm_90
+  SASS), 4 from batch 5; 4 for 16-row blocks (decode). H100, kernel time, benchmarks/RESULTS.md issue 6:
+  - round 35 (2 stages, two waves): 1 x 4 x 8 x 8K 16.1 us with 8 against 19.8 with 4, 1 x 4 x 8 x 32K 33.6
+    against 36.9, 1 x 3 x 8 x 32K 32.9 against 36.0; 8 x 4 x 8 x 32K 170.5 against 165.2;
+  - round 38 (one wave of 3-stage programs, default_num_stages): 1 x 32K 28.8 against 31.0; 2 x 16K 28.4-28.7
+    against 29.1-29.2; 2 x 32K 43.1-43.5 against 44.2-44.7; 2 x 64K 69.2-69.4 against 70.0-70.4; 4 x 16K
+    43.0-43.2 against 44.0-44.9; 4 x 32K 68.6-69.6 against 69.2 (a tie); 8 x 16K 67.9-68.4 against 68.1-69.5 (a
+    tie); 8 x 32K 121.6 against 119.6."""
+  if block_m >= 64 or (block_m == 32 and batch <= 4):
     return 8
   return 4
 

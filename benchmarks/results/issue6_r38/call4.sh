@@ -7,7 +7,7 @@ timeout 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels_m
 echo "t1 rc $?"; tail -2 $OUT/t1.log
 if grep -q H200 $OUT/gpu.txt; then bash benchmarks/results/issue6_r38/next_h200.sh; exit; fi
 mkdir -p $OUT/new $OUT/old
-timeout 200 env PYTHONPATH=. OUT=$OUT/new python3 benchmarks/k26_slice.py --impls pallas --budgets 1,8 \
-  --xla_budgets 0 --reps 10 --budget_s 180 > $OUT/new.log 2>&1; echo "new rc $?"; grep "pallas (" $OUT/new.log | cut -c1-200
-cd .old && timeout 200 env PYTHONPATH=. OUT=$OUT/old python3 benchmarks/k26_slice.py --impls pallas --budgets 1,8 \
-  --xla_budgets 0 --reps 10 --budget_s 180 > $OUT/old.log 2>&1; echo "old rc $?"; grep "pallas (" $OUT/old.log | cut -c1-200
+timeout 130 env PYTHONPATH=. OUT=$OUT/new python3 benchmarks/k26_slice.py --impls pallas --budgets 1,8 \
+  --xla_budgets 0 --reps 10 --budget_s 100 > $OUT/new.log 2>&1; echo "new rc $?"; grep "pallas (" $OUT/new.log | cut -c1-200
+cd .old && timeout 130 env PYTHONPATH=. OUT=$OUT/old python3 benchmarks/k26_slice.py --impls pallas --budgets 1,8 \
+  --xla_budgets 0 --reps 10 --budget_s 100 > $OUT/old.log 2>&1; echo "old rc $?"; grep "pallas (" $OUT/old.log | cut -c1-200

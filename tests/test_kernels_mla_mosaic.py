@@ -225,16 +225,20 @@ def test_device_supported_only_on_hopper(monkeypatch):
     assert device_supported() is want, devices
 
 
-@pytest.mark.parametrize("b,t,h,r,want", [
-    (1, 1, 64, R, "mosaic"),      # decode with 64 heads (H200, issue 6 ninth round: 0.062 against 0.104 ms at 128K)
-    (1, 257, 8, R, "mosaic"),     # a tree
-    (2, 8, 8, R, "mosaic"),       # a block of exactly 64 rows
-    (1, 1, 8, R, "triton"),       # decode with 8 heads: one 64-row tile would be 7/8 padding
-    (1, 7, 8, R, "triton"),       # 56 rows
-    (1, 1, 64, 256, "triton"),    # not K2.6's latent dims: Mosaic does not support them
+@pytest.mark.parametrize("b,t,h,r,s,want", [
+    (1, 1, 64, R, 8192, "mosaic"),    # decode with 64 heads (H200, issue 6 ninth round: 0.062 against 0.104 ms at 128K)
+    (1, 257, 8, R, 1024, "mosaic"),   # a tree
+    (2, 8, 8, R, 1024, "mosaic"),     # a block of exactly 64 rows at batch 2
+    (2, 1, 64, R, 4096, "mosaic"),
+    (1, 1, 64, R, 4096, "triton"),    # one sequence of 64 rows over at most 4K keys (issue 6 round 40)
+    (1, 8, 8, R, 1024, "triton"),
+    (1, 1, 8, R, 1024, "triton"),     # decode with 8 heads: one 64-row tile would be 7/8 padding
+    (1, 7, 8, R, 1024, "triton"),     # 56 rows
+    (1, 1, 64, 256, 8192, "triton"),  # not K2.6's latent dims: Mosaic does not support them
 ])
-def test_auto_dispatch_rule(monkeypatch, b, t, h, r, want):
-  """impl="auto" on an (as if) Hopper GPU: Mosaic from MOSAIC_MIN_ROWS query rows (T x H) on, Triton below."""
+def test_auto_dispatch_rule(monkeypatch, b, t, h, r, s, want):
+  """impl="auto" on an (as if) Hopper GPU: Mosaic from MOSAIC_MIN_ROWS query rows (T x H) on, Triton below and
+  for one sequence of exactly 64 rows over a buffer of at most 4K keys (pallas_triton.is_short_64_row_decode)."""
   from custom_calls.mla_attention import mosaic_gpu, pallas_triton
   calls = []
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
@@ -242,8 +246,8 @@ def test_auto_dispatch_rule(monkeypatch, b, t, h, r, want):
   monkeypatch.setattr(mosaic_gpu, "mla_attention_mosaic", lambda *a, **kw: calls.append("mosaic"))
   monkeypatch.setattr(pallas_triton, "mla_attention_pallas", lambda *a, **kw: calls.append("triton"))
   sd = jax.ShapeDtypeStruct
-  args = (sd((b, t, h, r), jnp.bfloat16), sd((b, t, h, P), jnp.bfloat16), sd((b, 1024, r), jnp.bfloat16),
-          sd((b, 1024, P), jnp.bfloat16), sd((b,), jnp.int32), sd((b, t, t), jnp.bool_))
+  args = (sd((b, t, h, r), jnp.bfloat16), sd((b, t, h, P), jnp.bfloat16), sd((b, s, r), jnp.bfloat16),
+          sd((b, s, P), jnp.bfloat16), sd((b,), jnp.int32), sd((b, t, t), jnp.bool_))
   mla_attention(*args, scale=SCALE, impl="auto")
   assert calls == [want]
   assert select_kernel(*args, impl="auto") == {"mosaic": "mosaic", "triton": "pallas"}[want]
@@ -318,13 +322,13 @@ def test_gpu_partial_dtypes_match_reference(partial_dtype):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("t,h", [(8, 8), (1, 8), (1, 64)])
-def test_gpu_dispatch_matches_reference(t, h):
-  """impl="auto": the Mosaic kernel from 64 query rows (T x H) on, 8-head decode on the Triton kernel (both checked
-  here)."""
+@pytest.mark.parametrize("b,t,h", [(2, 8, 8), (2, 1, 8), (2, 1, 64), (1, 1, 64), (1, 8, 8)])
+def test_gpu_dispatch_matches_reference(b, t, h):
+  """impl="auto": the Mosaic kernel from 64 query rows (T x H) on, 8-head decode and one sequence of 64 rows over
+  2K keys (bf16 partials) on the Triton kernel (all checked here)."""
   kind = jax.devices()[0].device_kind
   if any(hopper in kind for hopper in ("H100", "H200", "H800", "H20")):
     assert device_supported(), f"{kind}: the dispatch would not pick the Mosaic kernel"
-  args = make_inputs(30 + t * h, 2, t, h, 2048)
+  args = make_inputs(30 + t * h, b, t, h, 2048)
   out = mla_attention(*args, scale=SCALE, impl="auto")
   assert rel_err(out, reference_f32(args)) < 2e-2

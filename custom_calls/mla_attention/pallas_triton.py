@@ -203,19 +203,55 @@ def default_num_stages(batch, num_rows, num_keys, *, block_m, block_k, num_split
   return 2
 
 
+SHORT_64_ROW_DECODE_MAX_KEYS = 4096
+
+
+def is_short_64_row_decode(batch, num_rows, num_keys):
+  """One sequence with exactly 64 query rows (one token at 64 heads, or 8 tree tokens at 8 heads) over a buffer of
+  at most SHORT_64_ROW_DECODE_MAX_KEYS keys: the 64-row shape where 16-row blocks in one wave (short_64_row_splits)
+  beat the Mosaic kernel, so the "auto" dispatch runs this kernel there and launch_params defaults to 16-row blocks.
+  H100, issue 6 round 40 (benchmarks/RESULTS.md), kernel + combine busy time at 1 x 1 x 64 heads, 16-row blocks of
+  64 keys at 32 splits (128 programs, float32 partials) against the Mosaic kernel: 2K 8.9 / 8.9 us against 12.3 /
+  12.3; 4K 11.9-12.3 (three runs) against 13.7-14.0; 8K 16.0-16.1 against 15.9-16.2 (a tie); 16K 22.6-22.7 against
+  21.2-21.3. At 4K 16 splits (14.8), 64 splits (14.0), 32-row blocks at 64 splits and 8 warps (14.2) and 16-key
+  blocks at 64 splits (16.6) all lose."""
+  return batch == 1 and num_rows == 64 and num_keys <= SHORT_64_ROW_DECODE_MAX_KEYS
+
+
+def short_64_row_splits(num_rows, num_keys, *, block_m, block_k, num_sms=132):
+  """Splits for is_short_64_row_decode: the largest power of two of splits that keeps the grid (row blocks x
+  splits) within one wave (32 for four 16-row blocks), capped at one key block a split."""
+  row_blocks = pl.cdiv(num_rows, block_m)
+  return int(max(1, min(pow2_at_most(max(1, num_sms // row_blocks)), num_keys // block_k)))
+
+
+def default_partial_dtype(batch, num_rows, num_keys):
+  """The per-split outputs' dtype when partial_dtype is None: bfloat16 for is_short_64_row_decode, where 32 splits
+  of 64 float32 rows write 4 MB (the 4K cache itself is 4.7 MB) and bf16 halves that; float32 elsewhere (round 35:
+  no faster at 8-head decode; round 40: 8 heads at 16K 13.7 / 13.8 us against 13.3 / 13.9, at 32K 19.6 / 19.8
+  against 20.0 / 20.4). H100, issue 6 round 40, 1 x 1 x 64 heads, busy time with bf16 against float32 partials:
+  2K 8.4 against 8.9; 4K 11.4 against 12.2 (32-key blocks: 11.9 against 12.9); 8K 15.8 against 16.0. The relative
+  error is then that of the Mosaic kernel, whose default is also bf16 (2.8e-3 against 1.0e-3 at 4K)."""
+  return jnp.dtype(jnp.bfloat16 if is_short_64_row_decode(batch, num_rows, num_keys) else jnp.float32)
+
+
 def launch_params(batch, num_rows, num_keys, *, block_m=None, block_k=None, num_splits=None, num_warps=None,
                   num_stages=None):
   """The launch's (block_m, block_k, num_splits, num_warps, num_stages): each given value kept (block_k clipped to
-  the buffer), each None the default_* choice; block_k's default is 64 when num_splits is given, since
+  the buffer), each None the default_* choice, except at is_short_64_row_decode, where block_m defaults to 16 and,
+  with 16-row blocks, num_splits to short_64_row_splits; block_k's default is 64 when num_splits is given, since
   default_block_k reasons about the default splits. A block under 16 rows or keys is a ValueError."""
+  short_64_rows = is_short_64_row_decode(batch, num_rows, num_keys)
   if block_m is None:
-    block_m = default_block_m(num_rows)
+    block_m = 16 if short_64_rows else default_block_m(num_rows)
   if block_k is None:
     block_k = 64 if num_splits is not None else default_block_k(batch, num_rows, num_keys, block_m=block_m)
   block_k = min(block_k, pow2_at_most(num_keys))                  # a key block never exceeds the buffer
   if block_k < 16 or block_m < 16:
     raise ValueError(f"mla_attention_pallas: block_k {block_k} and block_m {block_m} must be >= 16 "
                      f"(S = {num_keys} keys in the cache buffer)")
+  if num_splits is None and short_64_rows and block_m == 16:
+    num_splits = short_64_row_splits(num_rows, num_keys, block_m=block_m, block_k=block_k)
   if num_splits is None:
     num_splits = default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k)
   if num_warps is None:
@@ -226,11 +262,11 @@ def launch_params(batch, num_rows, num_keys, *, block_m=None, block_k=None, num_
   return block_m, block_k, num_splits, num_warps, num_stages
 
 
-def _partial_dtype(partial_dtype):
-  """The per-split outputs' dtype: float32 (None), bfloat16 or float16; anything else is a ValueError."""
+def _partial_dtype(partial_dtype, default):
+  """The per-split outputs' dtype: default (None), float32, bfloat16 or float16; anything else is a ValueError."""
   allowed = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
   try:
-    dt = jnp.dtype(jnp.float32 if partial_dtype is None else partial_dtype)
+    dt = jnp.dtype(default if partial_dtype is None else partial_dtype)
   except TypeError:
     dt = None
   if dt not in allowed:
@@ -259,9 +295,9 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   (sequence, row block) (None: fill the chip); num_warps/num_stages: Triton launch parameters;
   combine: how several splits are combined (split_combine.py), "pallas" (combine_splits_pallas, one kernel) or
   "xla" (combine_splits); partial_dtype: dtype of the per-split outputs when there are several splits (None:
-  float32; bfloat16 halves the bytes the kernel writes and the combine reads, at ~1e-3 more relative error, as
-  the Mosaic kernel's default, but was no faster at batch-1 decode: RESULTS issue 6 round 35). With one split
-  the kernel writes the result in q_lat.dtype.
+  default_partial_dtype, float32 except at is_short_64_row_decode; bfloat16 halves the bytes the kernel writes and
+  the combine reads, at ~1e-3 more relative error, as the Mosaic kernel's default). With one split the kernel
+  writes the result in q_lat.dtype.
   """
   check_combine("mla_attention_pallas", combine)
   bsz, t, h, r = q_lat.shape
@@ -277,7 +313,7 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
       bsz, m, s_len, block_m=block_m, block_k=block_k, num_splits=num_splits, num_warps=num_warps,
       num_stages=num_stages)
   precision = lax.Precision.HIGHEST if q_lat.dtype == jnp.float32 else None
-  part_dtype = _partial_dtype(partial_dtype)
+  part_dtype = _partial_dtype(partial_dtype, default_partial_dtype(bsz, m, s_len))
   if num_splits == 1:
     part_dtype = q_lat.dtype
 

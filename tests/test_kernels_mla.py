@@ -93,32 +93,36 @@ def test_default_splits_fill_a_wave_at_decode():
   assert [is_decode(8, 16), is_decode(32, 32), is_decode(64, 64), is_decode(24, 16)] == [True, True, False, False]
 
 
-def test_short_64_row_decode_launch():
-  """One sequence of exactly 64 rows over at most 4K keys (RESULTS issue 6 round 40): 16-row blocks of 64 keys, 32
-  splits (four row blocks: one wave), fewer with fewer key blocks, 4 warps, bf16 partials; a longer buffer, a second
-  sequence or other row counts keep the other defaults."""
-  from custom_calls.mla_attention.pallas_triton import default_partial_dtype, is_short_64_row_decode, launch_params
+def test_short_wide_decode_launch():
+  """64 rows a sequence or more, at most 128 in the batch, over at most 4K keys (RESULTS issue 6 round 40): 16-row
+  blocks of 64 keys, one wave of splits (32 for four row blocks, 16 for eight), fewer with fewer key blocks, 4
+  warps, bf16 partials; a longer buffer, more rows or fewer keep the other defaults."""
+  from custom_calls.mla_attention.pallas_triton import default_partial_dtype, is_short_wide_decode, launch_params
   assert launch_params(1, 64, 4096) == (16, 64, 32, 4, 2)
   assert launch_params(1, 64, 2048) == (16, 64, 32, 4, 2)
   assert launch_params(1, 64, 1024) == (16, 64, 16, 4, 2)          # one 64-key block a split
+  assert launch_params(2, 64, 4096) == (16, 64, 16, 4, 3)             # 4 key blocks a split: 3 stages
+  assert launch_params(1, 128, 2048) == (16, 64, 16, 4, 2)
+  assert launch_params(1, 96, 4096)[:3] == (16, 64, 16)            # 6 row blocks: 96 programs
   assert launch_params(1, 64, 4096, num_splits=8)[:3] == (16, 64, 8)
   assert launch_params(1, 64, 4096, block_m=32)[0] == 32 and launch_params(1, 64, 4096, block_m=32)[2] != 32
-  assert launch_params(1, 64, 8192)[0] == 64 and launch_params(2, 64, 4096)[0] == 64
-  assert [is_short_64_row_decode(*a) for a in ((1, 64, 4096), (1, 64, 4097), (2, 64, 1024), (1, 32, 1024),
-                                               (1, 128, 1024))] == [True, False, False, False, False]
-  assert default_partial_dtype(1, 64, 4096) == jnp.bfloat16
+  assert launch_params(1, 64, 8192)[0] == 64 and launch_params(4, 64, 4096)[0] == 64
+  assert [is_short_wide_decode(*a) for a in ((1, 64, 4096), (2, 64, 1024), (1, 128, 4096), (1, 64, 4097),
+                                             (3, 64, 1024), (1, 136, 1024), (1, 32, 1024), (4, 32, 1024))] == \
+      [True, True, True, False, False, False, False, False]
+  assert default_partial_dtype(1, 64, 4096) == jnp.bfloat16 and default_partial_dtype(2, 64, 2048) == jnp.bfloat16
   assert default_partial_dtype(1, 64, 8192) == jnp.float32 and default_partial_dtype(1, 8, 4096) == jnp.float32
 
 
-@pytest.mark.parametrize("t,h", [(1, 64), (8, 8)])
-def test_short_64_row_decode_matches_reference(t, h):
-  """The default launch at one sequence of 64 rows (16-row blocks, key splits, bf16 per-split outputs) against the
-  reference, on a ragged length and a tree mask; the per-split outputs really are bf16 here."""
-  args = make_inputs(40 + t, 1, t, h, 256, 64, 32, jnp.float32, cache_len=[256 - t - 37])
+@pytest.mark.parametrize("b,t,h", [(1, 1, 64), (1, 8, 8), (2, 2, 32)])
+def test_short_wide_decode_matches_reference(b, t, h):
+  """The default launch at 64 rows a sequence (16-row blocks, key splits, bf16 per-split outputs) against the
+  reference, on ragged lengths and tree masks; the per-split outputs really are bf16 here."""
+  args = make_inputs(40 + t, b, t, h, 256, 64, 32, jnp.float32, cache_len=[256 - t - 37, 5][:b])
   run = functools.partial(mla_attention_pallas, scale=SCALE, interpret=True)
   err = rel_err(run(*args), reference_f32(args))
   assert 1e-5 < err < 1e-2                              # bf16-rounded partials, and only by bf16
-  assert "bf16[1,4,64,64]" in str(jax.make_jaxpr(lambda *a: run(*a))(*args))   # 4 splits of 64 rows of R = 64
+  assert f"bf16[{b},4,64,64]" in str(jax.make_jaxpr(lambda *a: run(*a))(*args))   # 4 splits of 64 rows of R = 64
   assert rel_err(run(*args, partial_dtype="float32"), reference_f32(args)) < 1e-5
 
 
@@ -190,7 +194,8 @@ def test_dispatch():
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
 @pytest.mark.parametrize("b,t,h,s", [(1, 1, 8, 8192), (2, 17, 8, 4096), (1, 64, 64, 4096), (1, 4, 8, 8192),
-                                     (1, 1, 64, 4096), (1, 8, 8, 2048),   # 64 rows: 16-row blocks, bf16 partials
+                                     (1, 1, 64, 4096), (1, 8, 8, 2048), (2, 1, 64, 4096),   # 16-row blocks, bf16
+                                     (1, 16, 8, 2048),                                          # partials
                                      (1, 1, 8, 32768), (1, 1, 8, 16384),
                                      (1, 4, 8, 32768), (1, 1, 8, 1024),   # 32 rows, 3 stages; 16-key blocks
                                      (2, 4, 8, 16384)])                   # 32 rows at batch 2: 8 warps, 3 stages

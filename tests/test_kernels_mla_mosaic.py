@@ -228,17 +228,20 @@ def test_device_supported_only_on_hopper(monkeypatch):
 @pytest.mark.parametrize("b,t,h,r,s,want", [
     (1, 1, 64, R, 8192, "mosaic"),    # decode with 64 heads (H200, issue 6 ninth round: 0.062 against 0.104 ms at 128K)
     (1, 257, 8, R, 1024, "mosaic"),   # a tree
-    (2, 8, 8, R, 1024, "mosaic"),     # a block of exactly 64 rows at batch 2
-    (2, 1, 64, R, 4096, "mosaic"),
-    (1, 1, 64, R, 4096, "triton"),    # one sequence of 64 rows over at most 4K keys (issue 6 round 40)
+    (4, 8, 8, R, 1024, "mosaic"),     # blocks of exactly 64 rows, 256 in the batch
+    (2, 1, 64, R, 8192, "mosaic"),
+    (1, 24, 8, R, 2048, "mosaic"),    # 192 rows
+    (1, 1, 64, R, 4096, "triton"),    # 64-128 rows in the batch over at most 4K keys (issue 6 round 40)
+    (2, 1, 64, R, 4096, "triton"),
     (1, 8, 8, R, 1024, "triton"),
+    (1, 16, 8, R, 2048, "triton"),
     (1, 1, 8, R, 1024, "triton"),     # decode with 8 heads: one 64-row tile would be 7/8 padding
     (1, 7, 8, R, 1024, "triton"),     # 56 rows
     (1, 1, 64, 256, 8192, "triton"),  # not K2.6's latent dims: Mosaic does not support them
 ])
 def test_auto_dispatch_rule(monkeypatch, b, t, h, r, s, want):
   """impl="auto" on an (as if) Hopper GPU: Mosaic from MOSAIC_MIN_ROWS query rows (T x H) on, Triton below and
-  for one sequence of exactly 64 rows over a buffer of at most 4K keys (pallas_triton.is_short_64_row_decode)."""
+  for at most 128 rows in the batch over a buffer of at most 4K keys (pallas_triton.is_short_wide_decode)."""
   from custom_calls.mla_attention import mosaic_gpu, pallas_triton
   calls = []
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
@@ -322,10 +325,10 @@ def test_gpu_partial_dtypes_match_reference(partial_dtype):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("b,t,h", [(2, 8, 8), (2, 1, 8), (2, 1, 64), (1, 1, 64), (1, 8, 8)])
+@pytest.mark.parametrize("b,t,h", [(4, 8, 8), (2, 1, 8), (4, 1, 64), (1, 1, 64), (2, 8, 8), (1, 16, 8)])
 def test_gpu_dispatch_matches_reference(b, t, h):
-  """impl="auto": the Mosaic kernel from 64 query rows (T x H) on, 8-head decode and one sequence of 64 rows over
-  2K keys (bf16 partials) on the Triton kernel (all checked here)."""
+  """impl="auto": the Mosaic kernel from 64 query rows (T x H) on past 128 in the batch, 8-head decode and 64-128
+  rows in the batch over 2K keys (16-row blocks, bf16 partials) on the Triton kernel (all checked here)."""
   kind = jax.devices()[0].device_kind
   if any(hopper in kind for hopper in ("H100", "H200", "H800", "H20")):
     assert device_supported(), f"{kind}: the dispatch would not pick the Mosaic kernel"

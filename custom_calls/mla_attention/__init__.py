@@ -22,8 +22,8 @@ def select_kernel(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, impl="auto"):
   "mosaic", "mosaic_interpret", "pallas" (the Triton kernel), "pallas_interpret" or "xla".
 
   impl: "auto" (on GPU backends: the Mosaic GPU kernel on Hopper GPUs for T x H >= MOSAIC_MIN_ROWS where it
-  supports the shapes, except one sequence of 64 rows over a short buffer (pallas_triton.is_short_64_row_decode),
-  else the Pallas Triton kernel where it supports them, else the XLA reference), or one of the others,
+  supports the shapes, except at most 128 rows in the batch (B x T x H) over a buffer of at most 4K keys
+  (pallas_triton.is_short_wide_decode), else the Pallas Triton kernel where it supports them, else the XLA reference), or one of the others,
   returned as is (for "pallas" and "pallas_interpret" a ValueError names shapes the Triton kernel does not support).
   """
   if impl not in _IMPLS:
@@ -38,7 +38,7 @@ def select_kernel(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, impl="auto"):
       return "xla"
     rows = q_lat.shape[1] * q_lat.shape[2]
     triton_ok = pallas_triton.supported(q_lat, q_pe, ckv, kpe)
-    triton_faster = triton_ok and pallas_triton.is_short_64_row_decode(q_lat.shape[0], rows, ckv.shape[1])
+    triton_faster = triton_ok and pallas_triton.is_short_wide_decode(q_lat.shape[0], rows, ckv.shape[1])
     if (rows >= MOSAIC_MIN_ROWS and not triton_faster and mosaic_gpu.device_supported()
         and mosaic_gpu.supported(*args)):
       return "mosaic"

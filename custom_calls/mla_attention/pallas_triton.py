@@ -203,55 +203,63 @@ def default_num_stages(batch, num_rows, num_keys, *, block_m, block_k, num_split
   return 2
 
 
-SHORT_64_ROW_DECODE_MAX_KEYS = 4096
+SHORT_WIDE_DECODE_MAX_KEYS = 4096   # buffer length up to which is_short_wide_decode holds
+SHORT_WIDE_DECODE_MAX_ROWS = 128    # batch x query rows up to which it holds (eight 16-row blocks)
 
 
-def is_short_64_row_decode(batch, num_rows, num_keys):
-  """One sequence with exactly 64 query rows (one token at 64 heads, or 8 tree tokens at 8 heads) over a buffer of
-  at most SHORT_64_ROW_DECODE_MAX_KEYS keys: the 64-row shape where 16-row blocks in one wave (short_64_row_splits)
-  beat the Mosaic kernel, so the "auto" dispatch runs this kernel there and launch_params defaults to 16-row blocks.
-  H100, issue 6 round 40 (benchmarks/RESULTS.md), kernel + combine busy time at 1 x 1 x 64 heads, 16-row blocks of
-  64 keys at 32 splits (128 programs, float32 partials) against the Mosaic kernel: 2K 8.9 / 8.9 us against 12.3 /
-  12.3; 4K 11.9-12.3 (three runs) against 13.7-14.0; 8K 16.0-16.1 against 15.9-16.2 (a tie); 16K 22.6-22.7 against
-  21.2-21.3. At 4K 16 splits (14.8), 64 splits (14.0), 32-row blocks at 64 splits and 8 warps (14.2) and 16-key
-  blocks at 64 splits (16.6) all lose."""
-  return batch == 1 and num_rows == 64 and num_keys <= SHORT_64_ROW_DECODE_MAX_KEYS
+def is_short_wide_decode(batch, num_rows, num_keys):
+  """64 query rows a sequence or more (one token at 64 heads, 8 tree tokens at 8 heads), at most 128 in the batch,
+  over a buffer of at most SHORT_WIDE_DECODE_MAX_KEYS keys: the shapes past MOSAIC_MIN_ROWS where 16-row blocks in
+  one wave (short_wide_splits) with bf16 partials (default_partial_dtype) beat the Mosaic kernel, so that the "auto"
+  dispatch runs this kernel there and launch_params defaults to 16-row blocks. H100, issue 6 round 40
+  (benchmarks/RESULTS.md), kernel + combine busy time, the Triton launch against the Mosaic kernel:
+  - 1 x 1 token x 64 heads: 1K 8.1 us against 11.8; 2K 8.5 against 12.3; 4K 11.8 against 13.9;
+  - 1 x 8 tokens x 8 heads: 2K 8.3 against 13.6; 4K 11.8 against 14.9;
+  - 2 x 1 x 64 heads: 2K 11.4 against 14.8; 4K 15.6 against 17.1 (16 splits; 32: 12.0 and 16.2);
+  - 1 x 16 tokens x 8 heads: 2K 10.4 against 14.1 (16 splits; 32: 11.6).
+  Past 4K keys the two are close (1 x 64 heads, 8K: 15.8 against 15.9-16.2; 16K, float32 partials: 22.6 against
+  21.2), so the Mosaic kernel keeps them; 1 x 8 x 8 at 8K (16.0 against 17.5, one run) is left to a later round. At
+  1 x 64 heads x 4K, 16 splits (14.8), 64 splits (14.0), 32-row blocks at 64 splits and 8 warps (14.2) and 16-key
+  blocks at 64 splits (16.6) all lose to 32 splits of 64-key blocks (11.9-12.3 with float32 partials)."""
+  return (num_rows >= 64 and batch * num_rows <= SHORT_WIDE_DECODE_MAX_ROWS
+          and num_keys <= SHORT_WIDE_DECODE_MAX_KEYS)
 
 
-def short_64_row_splits(num_rows, num_keys, *, block_m, block_k, num_sms=132):
-  """Splits for is_short_64_row_decode: the largest power of two of splits that keeps the grid (row blocks x
-  splits) within one wave (32 for four 16-row blocks), capped at one key block a split."""
-  row_blocks = pl.cdiv(num_rows, block_m)
-  return int(max(1, min(pow2_at_most(max(1, num_sms // row_blocks)), num_keys // block_k)))
+def short_wide_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=132):
+  """Splits for is_short_wide_decode: the largest power of two that keeps the grid (batch x row blocks x splits)
+  within one wave (32 for four 16-row blocks, 16 for eight), capped at one key block a split."""
+  programs = batch * pl.cdiv(num_rows, block_m)
+  return int(max(1, min(pow2_at_most(max(1, num_sms // programs)), num_keys // block_k)))
 
 
 def default_partial_dtype(batch, num_rows, num_keys):
-  """The per-split outputs' dtype when partial_dtype is None: bfloat16 for is_short_64_row_decode, where 32 splits
-  of 64 float32 rows write 4 MB (the 4K cache itself is 4.7 MB) and bf16 halves that; float32 elsewhere (round 35:
-  no faster at 8-head decode; round 40: 8 heads at 16K 13.7 / 13.8 us against 13.3 / 13.9, at 32K 19.6 / 19.8
-  against 20.0 / 20.4). H100, issue 6 round 40, 1 x 1 x 64 heads, busy time with bf16 against float32 partials:
-  2K 8.4 against 8.9; 4K 11.4 against 12.2 (32-key blocks: 11.9 against 12.9); 8K 15.8 against 16.0. The relative
-  error is then that of the Mosaic kernel, whose default is also bf16 (2.8e-3 against 1.0e-3 at 4K)."""
-  return jnp.dtype(jnp.bfloat16 if is_short_64_row_decode(batch, num_rows, num_keys) else jnp.float32)
+  """The per-split outputs' dtype when partial_dtype is None: bfloat16 for is_short_wide_decode, where 32 splits of
+  64 float32 rows write 4 MB (a 4K cache is 4.7 MB) and bf16 halves that; float32 elsewhere (round 35: no faster
+  at 8-head decode; round 40: 1 x 8 heads at 16K 13.7 / 13.8 us against 13.3 / 13.9, at 32K 19.6 / 19.8 against
+  20.0 / 20.4). H100, issue 6 round 40, 1 x 1 x 64 heads, busy time with bf16 against float32 partials: 1K 8.1
+  against 8.4; 2K 8.4-8.5 against 8.9-9.0; 4K 11.4-11.8 against 12.2 (32-key blocks: 11.9 against 12.9); 1 x 8 x 8:
+  2K 8.3 against 8.9, 4K 11.8 against 12.4. The relative error is then that of the Mosaic kernel, whose default is
+  also bf16 (2.8e-3 against 1.0e-3 at 4K)."""
+  return jnp.dtype(jnp.bfloat16 if is_short_wide_decode(batch, num_rows, num_keys) else jnp.float32)
 
 
 def launch_params(batch, num_rows, num_keys, *, block_m=None, block_k=None, num_splits=None, num_warps=None,
                   num_stages=None):
   """The launch's (block_m, block_k, num_splits, num_warps, num_stages): each given value kept (block_k clipped to
-  the buffer), each None the default_* choice, except at is_short_64_row_decode, where block_m defaults to 16 and,
-  with 16-row blocks, num_splits to short_64_row_splits; block_k's default is 64 when num_splits is given, since
+  the buffer), each None the default_* choice, except at is_short_wide_decode, where block_m defaults to 16 and,
+  with 16-row blocks, num_splits to short_wide_splits; block_k's default is 64 when num_splits is given, since
   default_block_k reasons about the default splits. A block under 16 rows or keys is a ValueError."""
-  short_64_rows = is_short_64_row_decode(batch, num_rows, num_keys)
+  short_wide = is_short_wide_decode(batch, num_rows, num_keys)
   if block_m is None:
-    block_m = 16 if short_64_rows else default_block_m(num_rows)
+    block_m = 16 if short_wide else default_block_m(num_rows)
   if block_k is None:
     block_k = 64 if num_splits is not None else default_block_k(batch, num_rows, num_keys, block_m=block_m)
   block_k = min(block_k, pow2_at_most(num_keys))                  # a key block never exceeds the buffer
   if block_k < 16 or block_m < 16:
     raise ValueError(f"mla_attention_pallas: block_k {block_k} and block_m {block_m} must be >= 16 "
                      f"(S = {num_keys} keys in the cache buffer)")
-  if num_splits is None and short_64_rows and block_m == 16:
-    num_splits = short_64_row_splits(num_rows, num_keys, block_m=block_m, block_k=block_k)
+  if num_splits is None and short_wide and block_m == 16:
+    num_splits = short_wide_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k)
   if num_splits is None:
     num_splits = default_num_splits(batch, num_rows, num_keys, block_m=block_m, block_k=block_k)
   if num_warps is None:
@@ -295,7 +303,7 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   (sequence, row block) (None: fill the chip); num_warps/num_stages: Triton launch parameters;
   combine: how several splits are combined (split_combine.py), "pallas" (combine_splits_pallas, one kernel) or
   "xla" (combine_splits); partial_dtype: dtype of the per-split outputs when there are several splits (None:
-  default_partial_dtype, float32 except at is_short_64_row_decode; bfloat16 halves the bytes the kernel writes and
+  default_partial_dtype, float32 except at is_short_wide_decode; bfloat16 halves the bytes the kernel writes and
   the combine reads, at ~1e-3 more relative error, as the Mosaic kernel's default). With one split the kernel
   writes the result in q_lat.dtype.
   """

@@ -215,8 +215,9 @@ def is_short_wide_decode(batch, num_rows, num_keys):
   (benchmarks/RESULTS.md), kernel + combine busy time, the Triton launch against the Mosaic kernel:
   - 1 x 1 token x 64 heads: 1K 8.1 us against 11.8; 2K 8.5 against 12.3; 4K 11.8 against 13.9;
   - 1 x 8 tokens x 8 heads: 2K 8.3 against 13.6; 4K 11.8 against 14.9;
-  - 2 x 1 x 64 heads: 2K 11.4 against 14.8; 4K 15.6 against 17.1 (16 splits; 32: 12.0 and 16.2);
-  - 1 x 16 tokens x 8 heads: 2K 10.4 against 14.1 (16 splits; 32: 11.6).
+  - 2 x 1 x 64 heads: 2K 11.4 against 14.8; 4K 15.6 / 15.5 against 17.1 / 17.0 (16 splits; 32: 12.0 and 16.2);
+  - 1 x 16 tokens x 8 heads: 2K 10.4 / 10.6 against 14.1 / 14.5 (16 splits; 32: 11.6); 4K 15.4 against 16.4;
+  - 2 x 8 tokens x 8 heads: 2K 11.6 against 14.9.
   Past 4K keys the two are close (1 x 64 heads, 8K: 15.8 against 15.9-16.2; 16K, float32 partials: 22.6 against
   21.2), so the Mosaic kernel keeps them; 1 x 8 x 8 at 8K (16.0 against 17.5, one run) is left to a later round. At
   1 x 64 heads x 4K, 16 splits (14.8), 64 splits (14.0), 32-row blocks at 64 splits and 8 warps (14.2) and 16-key

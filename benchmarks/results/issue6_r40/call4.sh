@@ -1,0 +1,4 @@
+# Issue 6 round 40, call 4 (run as one command line; kept here as run): 128 rows in the batch (2 x 64 heads,
+# 16 tree tokens x 8 heads) and 8 x 8 at 8K, Mosaic against 16-row Triton blocks with bf16 partials at 16 and 32
+# splits, before the dispatch rule was generalised. Timeout 300.
+mkdir -p $OUT/x; nvidia-smi --query-gpu=name --format=csv > $OUT/gpu.txt; timeout 280 env PYTHONPATH=. OUT=$OUT/x python3 benchmarks/kernels.py --only mla --mla-no-sweep --budget 270 --device-span 12 --mla-shapes "1,8,8,8192;2,1,64,2048;1,16,8,2048;2,1,64,4096" --mla-configs '[{"kernel": "mosaic"}, {"block_m": 16, "block_k": 64, "num_splits": 16, "num_warps": 4, "partial_dtype": "bfloat16"}, {"block_m": 16, "block_k": 64, "num_splits": 32, "num_warps": 4, "partial_dtype": "bfloat16"}]' > $OUT/x.log 2>&1; echo rc $?; grep -E "copy|mla B=" $OUT/x.log | cut -c1-900

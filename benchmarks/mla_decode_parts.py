@@ -5,7 +5,9 @@ At batch 1 and <= 32K keys a decode reads 9-38 MB (3-13 us at the copy ceiling) 
 (queued samples, medians, fresh random inputs):
   harness          the harness itself around an identity call (part of every figure below);
   dispatch         custom_calls.mla_attention, impl "auto" (what the model runs: the one-launch split combine);
-  dispatch_xla_combine  the same kernel with the splits combined by XLA (the dispatch before the eleventh round);
+  dispatch_xla_combine  the Mosaic kernel with the splits combined by XLA (the dispatch before the eleventh round;
+                   from 64 rows; the row's dispatch_kernel says which kernel "dispatch" ran: since issue 6 round 40
+                   the Triton kernel at 64-128 rows over <= 4K keys, pallas_triton.is_short_wide_decode);
   kernel           the Mosaic GPU kernel alone on prepared inputs (mosaic_gpu._kernel_inputs), only its lse
                    consumed;
   mask             mosaic_gpu._mask_words alone (the packed visibility of the tail key blocks);
@@ -36,7 +38,8 @@ import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kernels as kb   # noqa: E402  (the timing harness and inputs of benchmarks/kernels.py)
-from custom_calls.mla_attention import mla_attention, mosaic_gpu, pallas_triton, split_combine  # noqa: E402
+from custom_calls.mla_attention import (mla_attention, mosaic_gpu, pallas_triton, select_kernel,  # noqa: E402
+                                         split_combine)
 from ddtree_jax.train.common import write_json  # noqa: E402
 
 DEFAULT_SHAPES = "1,1,64,1024;1,1,64,8192;1,1,64,32768;1,1,8,8192;1,1,8,32768"
@@ -107,7 +110,8 @@ def main(argv=None):
   for (b, t, h, s) in shapes:
     args = kb.mla_inputs(b * 1000 + t * 10 + h + s, b, t, h, s)
     sets = [args] + [kb.mla_inputs(7 + i + s, b, t, h, s) for i in range(3)]
-    row = dict(B=b, T=t, H=h, ctx=s, read_bytes=b * s * 576 * 2, times_s={})
+    row = dict(B=b, T=t, H=h, ctx=s, read_bytes=b * s * 576 * 2, times_s={},
+               dispatch_kernel="mosaic_interpret" if interp else select_kernel(*args, impl="auto"))
     row["times_s"]["harness"] = kb.harness_floor(sets)
     for name, fn in programs(t * h, interp=interp):
       row["times_s"][name] = timeit(fn, sets)

@@ -16,4 +16,4 @@ def test_smoke(tmp_path):
   times = rows[0]["times_s"]
   assert set(times) == {"harness", "dispatch", "kernel", "mask", "combine_harness", "combine_xla", "combine_pallas"}
   assert all(v > 0 for v in times.values())
-  assert rows[0]["mosaic_splits"] >= 1
+  assert rows[0]["mosaic_splits"] >= 1 and rows[0]["dispatch_kernel"] == "mosaic_interpret"

@@ -96,7 +96,7 @@ def test_default_splits_fill_a_wave_at_decode():
 def test_short_wide_decode_launch():
   """64 rows a sequence or more, at most 128 in the batch, over at most 4K keys (RESULTS issue 6 round 40): 16-row
   blocks of 64 keys, one wave of splits (32 for four row blocks, 16 for eight), fewer with fewer key blocks, 4
-  warps, bf16 partials; a longer buffer, more rows or fewer keep the other defaults."""
+  warps, bf16 partials for bf16 inputs; a longer buffer, more rows or fewer keep the other defaults."""
   from custom_calls.mla_attention.pallas_triton import default_partial_dtype, is_short_wide_decode, launch_params
   assert launch_params(1, 64, 4096) == (16, 64, 32, 4, 2)
   assert launch_params(1, 64, 2048) == (16, 64, 32, 4, 2)
@@ -110,20 +110,26 @@ def test_short_wide_decode_launch():
   assert [is_short_wide_decode(*a) for a in ((1, 64, 4096), (2, 64, 1024), (1, 128, 4096), (1, 64, 4097),
                                              (3, 64, 1024), (1, 136, 1024), (1, 32, 1024), (4, 32, 1024))] == \
       [True, True, True, False, False, False, False, False]
-  assert default_partial_dtype(1, 64, 4096) == jnp.bfloat16 and default_partial_dtype(2, 64, 2048) == jnp.bfloat16
-  assert default_partial_dtype(1, 64, 8192) == jnp.float32 and default_partial_dtype(1, 8, 4096) == jnp.float32
+  bf, f32 = jnp.bfloat16, jnp.float32
+  assert default_partial_dtype(1, 64, 4096, bf) == bf and default_partial_dtype(2, 64, 2048, bf) == bf
+  assert default_partial_dtype(1, 64, 8192, bf) == f32 and default_partial_dtype(1, 8, 4096, bf) == f32
+  assert default_partial_dtype(1, 64, 4096, f32) == f32 and default_partial_dtype(1, 64, 4096, jnp.float16) == f32
 
 
 @pytest.mark.parametrize("b,t,h", [(1, 1, 64), (1, 8, 8), (2, 2, 32)])
 def test_short_wide_decode_matches_reference(b, t, h):
-  """The default launch at 64 rows a sequence (16-row blocks, key splits, bf16 per-split outputs) against the
-  reference, on ragged lengths and tree masks; the per-split outputs really are bf16 here."""
-  args = make_inputs(40 + t, b, t, h, 256, 64, 32, jnp.float32, cache_len=[256 - t - 37, 5][:b])
+  """The default launch at 64 rows a sequence (16-row blocks, key splits) against the reference, on ragged lengths
+  and tree masks: bf16 inputs get bf16 per-split outputs (checked in the jaxpr), float32 inputs keep float32 ones
+  (float32 accuracy; bf16 partials, when asked for, round them)."""
+  lens = [256 - t - 37, 5][:b]
+  args16 = make_inputs(40 + t, b, t, h, 256, 64, 32, jnp.bfloat16, cache_len=lens)
   run = functools.partial(mla_attention_pallas, scale=SCALE, interpret=True)
-  err = rel_err(run(*args), reference_f32(args))
-  assert 1e-5 < err < 1e-2                              # bf16-rounded partials, and only by bf16
-  assert f"bf16[{b},4,64,64]" in str(jax.make_jaxpr(lambda *a: run(*a))(*args))   # 4 splits of 64 rows of R = 64
-  assert rel_err(run(*args, partial_dtype="float32"), reference_f32(args)) < 1e-5
+  assert rel_err(run(*args16), reference_f32(args16)) < 1e-2
+  assert f"bf16[{b},4,64,64]" in str(jax.make_jaxpr(lambda *a: run(*a))(*args16))   # 4 splits, 64 rows, R = 64
+  args32 = make_inputs(40 + t, b, t, h, 256, 64, 32, jnp.float32, cache_len=lens)
+  assert f"f32[{b},4,64,64]" in str(jax.make_jaxpr(lambda *a: run(*a))(*args32))
+  assert rel_err(run(*args32), reference_f32(args32)) < 1e-5
+  assert 1e-5 < rel_err(run(*args32, partial_dtype="bfloat16"), reference_f32(args32)) < 1e-2
 
 
 def test_default_warps():

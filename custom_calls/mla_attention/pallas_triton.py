@@ -235,13 +235,13 @@ def short_wide_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=13
 
 def default_partial_dtype(batch, num_rows, num_keys, dtype):
   """The per-split outputs' dtype when partial_dtype is None, for inputs of `dtype`: bfloat16 for bfloat16 inputs at
-  is_short_wide_decode (float32 inputs keep float32, so as not to add bf16 rounding to a float32 model), where 32 splits of
-  64 float32 rows write 4 MB (a 4K cache is 4.7 MB) and bf16 halves that; float32 elsewhere (round 35: no faster
-  at 8-head decode; round 40: 1 x 8 heads at 16K 13.7 / 13.8 us against 13.3 / 13.9, at 32K 19.6 / 19.8 against
-  20.0 / 20.4). H100, issue 6 round 40, 1 x 1 x 64 heads, busy time with bf16 against float32 partials: 1K 8.1
-  against 8.4; 2K 8.4-8.5 against 8.9-9.0; 4K 11.4-11.8 against 12.2 (32-key blocks: 11.9 against 12.9); 1 x 8 x 8:
-  2K 8.3 against 8.9, 4K 11.8 against 12.4. The relative error is then that of the Mosaic kernel, whose default is
-  also bf16 (2.8e-3 against 1.0e-3 at 4K)."""
+  is_short_wide_decode, where 32 splits of 64 float32 rows write 4 MB (a 4K cache is 4.7 MB) and bf16 halves that;
+  float32 inputs keep float32, so as not to add bf16 rounding to a float32 model; float32 elsewhere (round 35: no
+  faster at 8-head decode; round 40: 1 x 8 heads at 16K 13.7 / 13.8 us against 13.3 / 13.9, at 32K 19.6 / 19.8
+  against 20.0 / 20.4). H100, issue 6 round 40, 1 x 1 x 64 heads, busy time with bf16 against float32 partials: 1K
+  8.1 against 8.4; 2K 8.4-8.5 against 8.9-9.0; 4K 11.4-11.8 against 12.2 (32-key blocks: 11.9 against 12.9);
+  1 x 8 x 8: 2K 8.3 against 8.9, 4K 11.8 against 12.4. The relative error is then that of the Mosaic kernel, whose
+  default is also bf16 (2.8e-3 against 1.0e-3 at 4K)."""
   bf16 = jnp.dtype(dtype) == jnp.bfloat16 and is_short_wide_decode(batch, num_rows, num_keys)
   return jnp.dtype(jnp.bfloat16 if bf16 else jnp.float32)
 
@@ -306,9 +306,9 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   (sequence, row block) (None: fill the chip); num_warps/num_stages: Triton launch parameters;
   combine: how several splits are combined (split_combine.py), "pallas" (combine_splits_pallas, one kernel) or
   "xla" (combine_splits); partial_dtype: dtype of the per-split outputs when there are several splits (None:
-  default_partial_dtype, float32 except for bfloat16 inputs at is_short_wide_decode; bfloat16 halves the bytes the kernel writes and
-  the combine reads, at ~1e-3 more relative error, as the Mosaic kernel's default). With one split the kernel
-  writes the result in q_lat.dtype.
+  default_partial_dtype, float32 except for bfloat16 inputs at is_short_wide_decode; bfloat16 halves the bytes the
+  kernel writes and the combine reads, at ~1e-3 more relative error, as the Mosaic kernel's default). With one
+  split the kernel writes the result in q_lat.dtype.
   """
   check_combine("mla_attention_pallas", combine)
   bsz, t, h, r = q_lat.shape

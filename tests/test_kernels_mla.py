@@ -200,8 +200,8 @@ def test_dispatch():
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
 @pytest.mark.parametrize("b,t,h,s", [(1, 1, 8, 8192), (2, 17, 8, 4096), (1, 64, 64, 4096), (1, 4, 8, 8192),
-                                     (1, 1, 64, 4096), (1, 8, 8, 2048), (2, 1, 64, 4096),   # 16-row blocks, bf16
-                                     (1, 16, 8, 2048),                                          # partials
+                                     (1, 1, 64, 4096), (1, 8, 8, 2048),   # short and wide: 16-row blocks and
+                                     (2, 1, 64, 4096), (1, 16, 8, 2048),  # bf16 partials (is_short_wide_decode)
                                      (1, 1, 8, 32768), (1, 1, 8, 16384),
                                      (1, 4, 8, 32768), (1, 1, 8, 1024),   # 32 rows, 3 stages; 16-key blocks
                                      (2, 4, 8, 16384)])                   # 32 rows at batch 2: 8 warps, 3 stages

@@ -226,7 +226,7 @@ def test_device_supported_only_on_hopper(monkeypatch):
 
 
 @pytest.mark.parametrize("b,t,h,r,s,want", [
-    (1, 1, 64, R, 8192, "mosaic"),    # decode with 64 heads (H200, issue 6 ninth round: 0.062 against 0.104 ms at 128K)
+    (1, 1, 64, R, 8192, "mosaic"),    # decode with 64 heads (H200, issue 6 round 9: 0.062 against 0.104 ms at 128K)
     (1, 257, 8, R, 1024, "mosaic"),   # a tree
     (4, 8, 8, R, 1024, "mosaic"),     # blocks of exactly 64 rows, 256 in the batch
     (2, 1, 64, R, 8192, "mosaic"),

@@ -7,7 +7,8 @@ At batch 1 and <= 32K keys a decode reads 9-38 MB (3-13 us at the copy ceiling) 
   dispatch         custom_calls.mla_attention, impl "auto" (what the model runs: the one-launch split combine);
   dispatch_xla_combine  the Mosaic kernel with the splits combined by XLA (the dispatch before the eleventh round;
                    from 64 rows; the row's dispatch_kernel says which kernel "dispatch" ran: since issue 6 round 40
-                   the Triton kernel at 64-128 rows over <= 4K keys, pallas_triton.is_short_wide_decode);
+                   the Triton kernel at 64-128 rows over <= 4K keys, <= 12K at 64 rows since round 41,
+                   pallas_triton.is_short_wide_decode);
   kernel           the Mosaic GPU kernel alone on prepared inputs (mosaic_gpu._kernel_inputs), only its lse
                    consumed;
   mask             mosaic_gpu._mask_words alone (the packed visibility of the tail key blocks);

@@ -94,7 +94,8 @@ def test_default_splits_fill_a_wave_at_decode():
 
 
 def test_short_wide_decode_launch():
-  """64 rows a sequence or more, at most 128 in the batch, over at most 4K keys (RESULTS issue 6 round 40): 16-row
+  """64 rows a sequence or more, at most 128 in the batch, over at most 4K keys, 12K at 64 rows in the batch (RESULTS
+  issue 6 rounds 40-41): 16-row
   blocks of 64 keys, one wave of splits (32 for four row blocks, 16 for eight), fewer with fewer key blocks, 4
   warps, bf16 partials for bf16 inputs; a longer buffer, more rows or fewer keep the other defaults."""
   from custom_calls.mla_attention.pallas_triton import default_partial_dtype, is_short_wide_decode, launch_params
@@ -106,13 +107,17 @@ def test_short_wide_decode_launch():
   assert launch_params(1, 96, 4096)[:3] == (16, 64, 16)            # 6 row blocks: 96 programs
   assert launch_params(1, 64, 4096, num_splits=8)[:3] == (16, 64, 8)
   assert launch_params(1, 64, 4096, block_m=32)[0] == 32 and launch_params(1, 64, 4096, block_m=32)[2] != 32
-  assert launch_params(1, 64, 8192)[0] == 64 and launch_params(4, 64, 4096)[0] == 64
-  assert [is_short_wide_decode(*a) for a in ((1, 64, 4096), (2, 64, 1024), (1, 128, 4096), (1, 64, 4097),
+  assert launch_params(1, 64, 8192) == (16, 64, 32, 4, 3)             # 4 key blocks a split: 3 stages
+  assert launch_params(1, 64, 12289)[0] == 64 and launch_params(4, 64, 4096)[0] == 64
+  assert launch_params(1, 128, 8192)[0] == 64 and launch_params(2, 64, 8192)[0] == 64
+  assert [is_short_wide_decode(*a) for a in ((1, 64, 4096), (2, 64, 1024), (1, 128, 4096), (1, 64, 8192),
+                                             (1, 64, 12288), (1, 64, 12289), (2, 64, 4097), (1, 128, 4097),
                                              (3, 64, 1024), (1, 136, 1024), (1, 32, 1024), (4, 32, 1024))] == \
-      [True, True, True, False, False, False, False, False]
+      [True, True, True, True, True, False, False, False, False, False, False, False]
   bf, f32 = jnp.bfloat16, jnp.float32
   assert default_partial_dtype(1, 64, 4096, bf) == bf and default_partial_dtype(2, 64, 2048, bf) == bf
-  assert default_partial_dtype(1, 64, 8192, bf) == f32 and default_partial_dtype(1, 8, 4096, bf) == f32
+  assert default_partial_dtype(1, 64, 8192, bf) == bf and default_partial_dtype(1, 64, 16384, bf) == f32
+  assert default_partial_dtype(1, 128, 8192, bf) == f32 and default_partial_dtype(1, 8, 4096, bf) == f32
   assert default_partial_dtype(1, 64, 4096, f32) == f32 and default_partial_dtype(1, 64, 4096, jnp.float16) == f32
 
 
@@ -202,6 +207,7 @@ def test_dispatch():
 @pytest.mark.parametrize("b,t,h,s", [(1, 1, 8, 8192), (2, 17, 8, 4096), (1, 64, 64, 4096), (1, 4, 8, 8192),
                                      (1, 1, 64, 4096), (1, 8, 8, 2048),   # short and wide: 16-row blocks and
                                      (2, 1, 64, 4096), (1, 16, 8, 2048),  # bf16 partials (is_short_wide_decode)
+                                     (1, 8, 8, 12288),                    # ... up to 12K keys at 64 rows
                                      (1, 1, 8, 32768), (1, 1, 8, 16384),
                                      (1, 4, 8, 32768), (1, 1, 8, 1024),   # 32 rows, 3 stages; 16-key blocks
                                      (2, 4, 8, 16384)])                   # 32 rows at batch 2: 8 warps, 3 stages

@@ -226,22 +226,29 @@ def test_device_supported_only_on_hopper(monkeypatch):
 
 
 @pytest.mark.parametrize("b,t,h,r,s,want", [
-    (1, 1, 64, R, 8192, "mosaic"),    # decode with 64 heads (H200, issue 6 round 9: 0.062 against 0.104 ms at 128K)
+    (1, 1, 64, R, 131072, "mosaic"),  # decode with 64 heads (H200, issue 6 round 9: 0.062 against 0.104 ms at 128K)
     (1, 257, 8, R, 1024, "mosaic"),   # a tree
     (4, 8, 8, R, 1024, "mosaic"),     # blocks of exactly 64 rows, 256 in the batch
     (2, 1, 64, R, 8192, "mosaic"),
+    (1, 16, 8, R, 8192, "mosaic"),
+    (1, 1, 64, R, 16384, "mosaic"),
+    (1, 8, 8, R, 12416, "mosaic"),   # past 12K (a multiple of 128 keys: Mosaic supports it)
     (1, 24, 8, R, 2048, "mosaic"),    # 192 rows
     (1, 1, 64, R, 4096, "triton"),    # 64-128 rows in the batch over at most 4K keys (issue 6 round 40)
     (2, 1, 64, R, 4096, "triton"),
     (1, 8, 8, R, 1024, "triton"),
     (1, 16, 8, R, 2048, "triton"),
+    (1, 1, 64, R, 8192, "triton"),    # 64 rows in the batch: up to 12K keys (round 41)
+    (1, 8, 8, R, 12288, "triton"),
+    (1, 4, 16, R, 8192, "triton"),
     (1, 1, 8, R, 1024, "triton"),     # decode with 8 heads: one 64-row tile would be 7/8 padding
     (1, 7, 8, R, 1024, "triton"),     # 56 rows
     (1, 1, 64, 256, 8192, "triton"),  # not K2.6's latent dims: Mosaic does not support them
 ])
 def test_auto_dispatch_rule(monkeypatch, b, t, h, r, s, want):
   """impl="auto" on an (as if) Hopper GPU: Mosaic from MOSAIC_MIN_ROWS query rows (T x H) on, Triton below and
-  for at most 128 rows in the batch over a buffer of at most 4K keys (pallas_triton.is_short_wide_decode)."""
+  for at most 128 rows in the batch over a buffer of at most 4K keys, 12K at 64 rows in the batch
+  (pallas_triton.is_short_wide_decode)."""
   from custom_calls.mla_attention import mosaic_gpu, pallas_triton
   calls = []
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")

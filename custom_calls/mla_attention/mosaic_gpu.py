@@ -1,8 +1,8 @@
 """Absorbed-MLA tree attention as a Pallas Mosaic GPU kernel (Hopper, FlashMLA-style "seesaw" layout).
 
 Status: dispatched by custom_calls.mla_attention (impl "auto") on GPUs for 64 query rows (T x H) or more: trees,
-blocks and 64-head decode, except 64-128 rows in the batch over at most 4K keys (pallas_triton.is_short_wide_decode:
-the Triton kernel is 6-39% faster there, issue 6 round 40). H200 (benchmarks/RESULTS.md, issue 6 ninth round):
+blocks and 64-head decode, except 64-128 rows in the batch over at most 4K keys, 12K at 64 rows
+(pallas_triton.is_short_wide_decode: the Triton kernel is 2-39% faster there, issue 6 rounds 40-41). H200 (benchmarks/RESULTS.md, issue 6 ninth round):
 0.62-0.91 of the roofline on the compute-bound trees (up to 641 TFLOP/s), against the Triton kernel's 0.28-0.35;
 64-head decode 0.83 at 128K (Triton: 0.50). A decode at <= 32K costs ~11 us of fixed latency in this kernel alone.
 Same contract as reference.mla_attention_reference; the split-K + log-sum-exp combine is split_combine.py.

@@ -203,27 +203,34 @@ def default_num_stages(batch, num_rows, num_keys, *, block_m, block_k, num_split
   return 2
 
 
-SHORT_WIDE_DECODE_MAX_KEYS = 4096   # buffer length up to which is_short_wide_decode holds
+SHORT_WIDE_DECODE_MAX_KEYS = 4096   # buffer length up to which is_short_wide_decode holds at 65-128 rows
+SHORT_WIDE_DECODE_MAX_KEYS_64_ROWS = 12288  # ... and at <= 64 rows in the batch (four 16-row blocks)
 SHORT_WIDE_DECODE_MAX_ROWS = 128    # batch x query rows up to which it holds (eight 16-row blocks)
 
 
 def is_short_wide_decode(batch, num_rows, num_keys):
   """64 query rows a sequence or more (one token at 64 heads, 8 tree tokens at 8 heads), at most 128 in the batch,
-  over a buffer of at most SHORT_WIDE_DECODE_MAX_KEYS keys: the shapes past MOSAIC_MIN_ROWS where 16-row blocks in
-  one wave (short_wide_splits) with bf16 partials (default_partial_dtype) beat the Mosaic kernel, so that the "auto"
-  dispatch runs this kernel there and launch_params defaults to 16-row blocks. H100, issue 6 round 40
-  (benchmarks/RESULTS.md), kernel + combine busy time, the Triton launch against the Mosaic kernel:
-  - 1 x 1 token x 64 heads: 1K 8.1 us against 11.8; 2K 8.5 against 12.3; 4K 11.8 against 13.9;
-  - 1 x 8 tokens x 8 heads: 2K 8.3 against 13.6; 4K 11.8 against 14.9;
+  over a buffer of at most SHORT_WIDE_DECODE_MAX_KEYS keys (SHORT_WIDE_DECODE_MAX_KEYS_64_ROWS at 64 rows in the
+  batch): the shapes past MOSAIC_MIN_ROWS where 16-row blocks in one wave (short_wide_splits) with bf16 partials
+  (default_partial_dtype) beat the Mosaic kernel, so that the "auto" dispatch runs this kernel there and
+  launch_params defaults to 16-row blocks. H100, issue 6 rounds 40-41 (benchmarks/RESULTS.md), kernel + combine
+  busy time, the Triton launch against the Mosaic kernel:
+  - 1 x 1 token x 64 heads: 1K 8.1 us against 11.8; 2K 8.5 against 12.3; 4K 11.8 against 13.9; 8K 15.8 / 15.8
+    against 16.0 / 16.1 (round 41);
+  - 1 x 8 tokens x 8 heads: 2K 8.3 against 13.6; 4K 11.8 against 14.9; 8K 16.0 / 15.9 against 17.0 / 17.0;
+    12K 19.8 / 19.7 against 20.3 / 20.3; 16K 23.1 / 23.0 against 22.8 / 22.6, where Mosaic keeps it (round 41);
+  - 1 x 4 tokens x 16 heads: 8K 15.8 / 16.0 against 17.1 / 17.2 (round 41);
   - 2 x 1 x 64 heads: 2K 11.4 against 14.8; 4K 15.6 / 15.5 against 17.1 / 17.0 (16 splits; 32: 12.0 and 16.2);
+    8K 22.0 / 21.9 against 22.3 / 22.2, a tie, so 128 rows keep the 4K bound (round 41);
   - 1 x 16 tokens x 8 heads: 2K 10.4 / 10.6 against 14.1 / 14.5 (16 splits; 32: 11.6); 4K 15.4 against 16.4;
+    8K 22.7 / 22.7 (32 splits: 22.3 / 22.1) against 20.1 / 20.1, where Mosaic wins (round 41);
+  - 128 rows at 1K (1 x 16 x 8 and 2 x 8 x 8): 8.5-8.6 against 13.5 (round 41);
   - 2 x 8 tokens x 8 heads: 2K 11.6 against 14.9.
-  Past 4K keys the two are close (1 x 64 heads, 8K: 15.8 against 15.9-16.2; 16K, float32 partials: 22.6 against
-  21.2), so the Mosaic kernel keeps them; 1 x 8 x 8 at 8K (16.0 against 17.5, one run) is left to a later round. At
-  1 x 64 heads x 4K, 16 splits (14.8), 64 splits (14.0), 32-row blocks at 64 splits and 8 warps (14.2) and 16-key
-  blocks at 64 splits (16.6) all lose to 32 splits of 64-key blocks (11.9-12.3 with float32 partials)."""
-  return (num_rows >= 64 and batch * num_rows <= SHORT_WIDE_DECODE_MAX_ROWS
-          and num_keys <= SHORT_WIDE_DECODE_MAX_KEYS)
+  At 1 x 64 heads x 16K (float32 partials) Mosaic wins, 21.2 against 22.6. At 1 x 64 heads x 4K, 16 splits (14.8),
+  64 splits (14.0), 32-row blocks at 64 splits and 8 warps (14.2) and 16-key blocks at 64 splits (16.6) all lose to
+  32 splits of 64-key blocks (11.9-12.3 with float32 partials)."""
+  max_keys = SHORT_WIDE_DECODE_MAX_KEYS_64_ROWS if batch * num_rows <= 64 else SHORT_WIDE_DECODE_MAX_KEYS
+  return num_rows >= 64 and batch * num_rows <= SHORT_WIDE_DECODE_MAX_ROWS and num_keys <= max_keys
 
 
 def short_wide_splits(batch, num_rows, num_keys, *, block_m, block_k, num_sms=132):

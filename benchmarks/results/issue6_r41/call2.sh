@@ -1,0 +1,4 @@
+# Issue 6 round 41, call 2 (run as one command line; kept here as run): after call 1 (round 40's next.sh: 64 rows
+# at 8K won with the short-wide launch, 128 rows did not), where the 64-row bound ends: 1 x 8 x 8 at 16K and 12K
+# and 1 x 4 x 16 at 8K, Mosaic against the short-wide launch (32 splits, bf16 partials), two runs each.
+mkdir -p $OUT/w; nvidia-smi --query-gpu=name --format=csv > $OUT/gpu.txt; timeout 300 env PYTHONPATH=. OUT=$OUT/w python3 benchmarks/kernels.py --only mla --mla-no-sweep --budget 280 --device-span 12 --mla-shapes "1,8,8,16384;1,4,16,8192;1,8,8,12288" --mla-configs '[{"kernel": "mosaic"}, {"block_m": 16, "block_k": 64, "num_splits": 32, "num_warps": 4, "partial_dtype": "bfloat16"}, {"kernel": "mosaic"}, {"block_m": 16, "block_k": 64, "num_splits": 32, "num_warps": 4, "partial_dtype": "bfloat16"}]' > $OUT/w.log 2>&1; echo "rc $?"; grep -E "copy|mla B=" $OUT/w.log | cut -c1-1000

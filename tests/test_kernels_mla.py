@@ -95,9 +95,9 @@ def test_default_splits_fill_a_wave_at_decode():
 
 def test_short_wide_decode_launch():
   """64 rows a sequence or more, at most 128 in the batch, over at most 4K keys, 12K at 64 rows in the batch (RESULTS
-  issue 6 rounds 40-41): 16-row
-  blocks of 64 keys, one wave of splits (32 for four row blocks, 16 for eight), fewer with fewer key blocks, 4
-  warps, bf16 partials for bf16 inputs; a longer buffer, more rows or fewer keep the other defaults."""
+  issue 6 rounds 40-41): 16-row blocks of 64 keys, one wave of splits (32 for four row blocks, 16 for eight), fewer
+  with fewer key blocks, 4 warps, bf16 partials for bf16 inputs; a longer buffer, more rows or fewer keep the other
+  defaults."""
   from custom_calls.mla_attention.pallas_triton import default_partial_dtype, is_short_wide_decode, launch_params
   assert launch_params(1, 64, 4096) == (16, 64, 32, 4, 2)
   assert launch_params(1, 64, 2048) == (16, 64, 32, 4, 2)

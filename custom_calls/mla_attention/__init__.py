@@ -23,9 +23,9 @@ def select_kernel(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, impl="auto"):
 
   impl: "auto" (on GPU backends: the Mosaic GPU kernel on Hopper GPUs for T x H >= MOSAIC_MIN_ROWS where it
   supports the shapes, except at most 128 rows in the batch (B x T x H) over a buffer of at most 4K keys, 12K at
-  64 rows in the batch (pallas_triton.is_short_wide_decode), else the Pallas Triton kernel where it supports them, else the XLA
-  reference), or one of the others, returned as is (for "pallas" and "pallas_interpret" a ValueError names shapes the
-  Triton kernel does not support).
+  64 rows in the batch (pallas_triton.is_short_wide_decode), else the Pallas Triton kernel where it supports them,
+  else the XLA reference), or one of the others, returned as is (for "pallas" and "pallas_interpret" a ValueError
+  names shapes the Triton kernel does not support).
   """
   if impl not in _IMPLS:
     raise ValueError(f"mla_attention: unknown impl {impl!r}; expected one of {_IMPLS}")

@@ -2,9 +2,10 @@
 
 Status: dispatched by custom_calls.mla_attention (impl "auto") on GPUs for 64 query rows (T x H) or more: trees,
 blocks and 64-head decode, except 64-128 rows in the batch over at most 4K keys, 12K at 64 rows
-(pallas_triton.is_short_wide_decode: the Triton kernel is 2-39% faster there, issue 6 rounds 40-41). H200 (benchmarks/RESULTS.md, issue 6 ninth round):
-0.62-0.91 of the roofline on the compute-bound trees (up to 641 TFLOP/s), against the Triton kernel's 0.28-0.35;
-64-head decode 0.83 at 128K (Triton: 0.50). A decode at <= 32K costs ~11 us of fixed latency in this kernel alone.
+(pallas_triton.is_short_wide_decode: the Triton kernel is 2-39% faster there, issue 6 rounds 40-41).
+H200 (benchmarks/RESULTS.md, issue 6 ninth round): 0.62-0.91 of the roofline on the compute-bound trees (up to
+641 TFLOP/s), against the Triton kernel's 0.28-0.35; 64-head decode 0.83 at 128K (Triton: 0.50). A decode at
+<= 32K costs ~11 us of fixed latency in this kernel alone.
 Same contract as reference.mla_attention_reference; the split-K + log-sum-exp combine is split_combine.py.
 Registers: 241 a thread, no spills (the 64 x 256 fp32 accumulator half is 128 of them). Every shared-memory index
 of the key loop goes through a zero read from memory (_opaque_zero): with static indices LLVM hoisted the wgmma

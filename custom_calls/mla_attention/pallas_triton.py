@@ -216,7 +216,8 @@ def is_short_wide_decode(batch, num_rows, num_keys):
   launch_params defaults to 16-row blocks. H100, issue 6 rounds 40-41 (benchmarks/RESULTS.md), kernel + combine
   busy time, the Triton launch against the Mosaic kernel:
   - 1 x 1 token x 64 heads: 1K 8.1 us against 11.8; 2K 8.5 against 12.3; 4K 11.8 against 13.9; 8K 15.8 / 15.8
-    against 16.0 / 16.1 (round 41);
+    against 16.0 / 16.1 (round 41), 15.9 / 15.8 against 15.9 / 15.9 (round 42); 12K 19.1 against 18.8 (round 42,
+    one run: the one shape of 64 rows where Mosaic led under the 12K bound; issue6_r42/call3.sh repeats it);
   - 1 x 8 tokens x 8 heads: 2K 8.3 against 13.6; 4K 11.8 against 14.9; 8K 16.0 / 15.9 against 17.0 / 17.0;
     12K 19.8 / 19.7 against 20.3 / 20.3; 16K 23.1 / 23.0 against 22.8 / 22.6, where Mosaic keeps it (round 41);
   - 1 x 4 tokens x 16 heads: 8K 15.8 / 16.0 against 17.1 / 17.2 (round 41);

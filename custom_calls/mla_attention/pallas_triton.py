@@ -213,11 +213,14 @@ def is_short_wide_decode(batch, num_rows, num_keys):
   over a buffer of at most SHORT_WIDE_DECODE_MAX_KEYS keys (SHORT_WIDE_DECODE_MAX_KEYS_64_ROWS at 64 rows in the
   batch): the shapes past MOSAIC_MIN_ROWS where 16-row blocks in one wave (short_wide_splits) with bf16 partials
   (default_partial_dtype) beat the Mosaic kernel, so that the "auto" dispatch runs this kernel there and
-  launch_params defaults to 16-row blocks. H100, issue 6 rounds 40-41 (benchmarks/RESULTS.md), kernel + combine
+  launch_params defaults to 16-row blocks. H100, issue 6 rounds 40-43 (benchmarks/RESULTS.md), kernel + combine
   busy time, the Triton launch against the Mosaic kernel:
   - 1 x 1 token x 64 heads: 1K 8.1 us against 11.8; 2K 8.5 against 12.3; 4K 11.8 against 13.9; 8K 15.8 / 15.8
-    against 16.0 / 16.1 (round 41), 15.9 / 15.8 against 15.9 / 15.9 (round 42); 12K 19.1 against 18.8 (round 42,
-    one run: the one shape of 64 rows where Mosaic led under the 12K bound; issue6_r42/call3.sh repeats it);
+    against 16.0 / 16.1 (round 41), 15.9 / 15.8 against 15.9 / 15.9 (round 42); 10K 17.8 against 17.8 (round 43);
+    12K 19.1 against 18.8 (round 42), 19.0 / 19.1 against 18.8 / 19.0 (round 43): the one shape of 64 rows where
+    Mosaic leads under the 12K bound, by 0.1-0.3 us (0.5-1.6%) in three runs; a one-token bound of 10K would be a
+    third dimension of this rule for that, so the bound stays 12K for every 64-row shape;
+  - 1 x 2 tokens x 32 heads: 12K 19.4 against 20.2 (round 43);
   - 1 x 8 tokens x 8 heads: 2K 8.3 against 13.6; 4K 11.8 against 14.9; 8K 16.0 / 15.9 against 17.0 / 17.0;
     12K 19.8 / 19.7 against 20.3 / 20.3; 16K 23.1 / 23.0 against 22.8 / 22.6, where Mosaic keeps it (round 41);
   - 1 x 4 tokens x 16 heads: 8K 15.8 / 16.0 against 17.1 / 17.2 (round 41);

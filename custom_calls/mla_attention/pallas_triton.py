@@ -218,8 +218,8 @@ def is_short_wide_decode(batch, num_rows, num_keys):
   - 1 x 1 token x 64 heads: 1K 8.1 us against 11.8; 2K 8.5 against 12.3; 4K 11.8 against 13.9; 8K 15.8 / 15.8
     against 16.0 / 16.1 (round 41), 15.9 / 15.8 against 15.9 / 15.9 (round 42); 10K 17.8 against 17.8 (round 43);
     12K 19.1 against 18.8 (round 42), 19.0 / 19.1 against 18.8 / 19.0 (round 43): the one shape of 64 rows where
-    Mosaic leads under the 12K bound, by 0.1-0.3 us (0.5-1.6%) in three runs; a one-token bound of 10K would be a
-    third dimension of this rule for that, so the bound stays 12K for every 64-row shape;
+    Mosaic leads under the 12K bound, by 0.1-0.3 us (0.5-1.6%) in three runs; a 10K bound for one token would need
+    the token count as a third input to this rule for at most 0.3 us, so the bound stays 12K for every 64-row shape;
   - 1 x 2 tokens x 32 heads: 12K 19.4 against 20.2 (round 43);
   - 1 x 8 tokens x 8 heads: 2K 8.3 against 13.6; 4K 11.8 against 14.9; 8K 16.0 / 15.9 against 17.0 / 17.0;
     12K 19.8 / 19.7 against 20.3 / 20.3; 16K 23.1 / 23.0 against 22.8 / 22.6, where Mosaic keeps it (round 41);

@@ -247,3 +247,28 @@ def test_arrive_and_broadcast_needs_a_power_of_two_of_flags():
   for bad in (0, 3, 48, 512, True, 2.0):
     with pytest.raises(ValueError, match=f"arrive_and_broadcast: {bad!r} flags: expected a power of two"):
       grid_sync.arrive_and_broadcast(None, 1, 4, 32, bad, interpret=True)
+
+
+def _first_lines_until_load(module):
+  """The module's lines up to its first tt.load (what a kernel does before it reads anything)."""
+  return module.split("tt.load", 1)[0]
+
+
+@pytest.mark.parametrize("kernel", ["mla", "moe_gemv"])
+def test_trigger_dependents_issues_launch_dependents_before_every_load(kernel):
+  """trigger_dependents (custom_calls/dependent_launch.py): the kernel that precedes another (the MLA attention
+  kernel before its split combine, the gemv's gate/up kernel before its down kernel) carries one
+  `griddepcontrol.launch_dependents`, ahead of its first load; off, no module has it, and the following kernel
+  never does."""
+  if kernel == "mla":
+    args = (S((1, 1, 8, 512), jnp.bfloat16), S((1, 1, 8, 64), jnp.bfloat16), S((1, 4096, 512), jnp.bfloat16),
+            S((1, 4096, 64), jnp.bfloat16), S((1,), jnp.int32), S((1, 1, 1), jnp.bool_))
+    run = lambda **kw: (lambda *a: mla_attention_pallas(*a, scale=0.1, num_splits=8, **kw))
+  else:
+    args = moe_args(1)
+    run = lambda **kw: (lambda *a: routed_experts_int4_gemv(*a, 0, block_k=512, **kw))
+  first, second = triton_modules_for_h200(run(trigger_dependents=True), *args)
+  assert first.count("griddepcontrol.launch_dependents") == 1
+  assert "griddepcontrol.launch_dependents" in _first_lines_until_load(first)
+  assert "griddepcontrol" not in second
+  assert not any("griddepcontrol" in m for m in triton_modules_for_h200(run(), *args))

@@ -24,6 +24,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from custom_calls.dependent_launch import launch_dependents
 from custom_calls.dot_accumulate import dot_accumulate
 from custom_calls.mla_attention.split_combine import check_combine, combine_partials
 from custom_calls.pow2 import is_pow2, next_pow2, pow2_at_most
@@ -32,14 +33,19 @@ _NEG_INIT = -1e30  # running-max start: finite so that exp(-inf - m) = 0 without
 
 
 def _mla_kernel(cl_ref, q_ref, qpe_ref, ckv_ref, kpe_ref, mask_ref, o_ref, lse_ref, *,
-                scale, block_m, block_k, num_heads, num_q, num_rows, num_splits, precision):
+                scale, block_m, block_k, num_heads, num_q, num_rows, num_splits, precision, trigger_dependents,
+                interpret):
   """One program: sequence b, rows [i*block_m, (i+1)*block_m), key split j.
 
   cl_ref [B] i32; q_ref [B, M, R]; qpe_ref [B, M, P]; ckv_ref [B, S, R]; kpe_ref [B, S, P];
   mask_ref [B, T, T] bool (read as bytes: Pallas casts a bool pointer to i8 and back, so XLA runs no convert before
   the launch); o_ref [B, NS, M, R]; lse_ref [B, NS, M] f32.
+  trigger_dependents: issue dependent_launch.launch_dependents first (the combine's programs may then be placed
+  while this kernel runs).
   """
   b = pl.program_id(0)
+  if trigger_dependents:
+    b = launch_dependents(b, interpret=interpret)                # before every load: they all depend on b
   i = pl.program_id(1)
   j = pl.program_id(2)
   r = q_ref.shape[-1]
@@ -305,10 +311,11 @@ def supported(q_lat, q_pe, ckv, kpe):
 
 
 @functools.partial(jax.jit, static_argnames=("scale", "block_m", "block_k", "num_splits", "num_warps",
-                                             "num_stages", "combine", "partial_dtype", "interpret"))
+                                             "num_stages", "combine", "partial_dtype", "trigger_dependents",
+                                             "interpret"))
 def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, block_m=None, block_k=None,
                          num_splits=None, num_warps=None, num_stages=None, combine="pallas", partial_dtype=None,
-                         interpret=False):
+                         trigger_dependents=False, interpret=False):
   """Absorbed MLA tree attention (same contract as reference.mla_attention_reference).
 
   q_lat: [B, T, H, R]; q_pe: [B, T, H, P]; ckv: [B, S, R]; kpe: [B, S, P]; cache_len: [B] int32;
@@ -320,6 +327,9 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   default_partial_dtype, float32 except for bfloat16 inputs at is_short_wide_decode; bfloat16 halves the bytes the
   kernel writes and the combine reads, at ~1e-3 more relative error, as the Mosaic kernel's default). With one
   split the kernel writes the result in q_lat.dtype.
+  trigger_dependents: the kernel issues `griddepcontrol.launch_dependents` as its first instruction
+  (custom_calls/dependent_launch.py), so that the next kernel's programs (the split combine's) may be placed on the
+  SMs, waiting, while it runs. Same results; on the GPU only (nothing is issued interpreted).
   """
   check_combine("mla_attention_pallas", combine)
   bsz, t, h, r = q_lat.shape
@@ -341,7 +351,7 @@ def mla_attention_pallas(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
 
   kernel = functools.partial(
       _mla_kernel, scale=float(scale), block_m=block_m, block_k=block_k, num_heads=h, num_q=t, num_rows=m,
-      num_splits=num_splits, precision=precision)
+      num_splits=num_splits, precision=precision, trigger_dependents=bool(trigger_dependents), interpret=interpret)
   grid = (bsz, pl.cdiv(m, block_m), num_splits)
   o_part, lse = pl.pallas_call(
       kernel,

@@ -47,6 +47,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from custom_calls.dependent_launch import launch_dependents
 from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
                                             load_scale_tile, load_word_tile, logical_shape)
 from custom_calls.moe_int4.nibbles import nibble_planes, plane_columns, plane_scale
@@ -213,7 +214,8 @@ def gate_up_rows(xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_r
 
 
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
-                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place):
+                    pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place, trigger_dependents,
+                    interpret):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -227,7 +229,8 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
   pairs unwritten).
   nibble4_in_place: the x planes' extraction (nibbles.py); h_nibble4_in_place: the down kernel's, which hp is
-  pre-scaled for.
+  pre-scaled for. trigger_dependents: issue dependent_launch.launch_dependents first (the down kernel's programs
+  may then be placed while this kernel runs).
   """
   if visits == "order":
     xc_ref, count_ref, order_ref, ids_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
@@ -235,7 +238,10 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
   else:
     xc_ref, ids_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref = refs
     count, order_ref = ids_ref.shape[0], None
-  n0 = pl.program_id(0) * block_n
+  j = pl.program_id(0)
+  if trigger_dependents:
+    j = launch_dependents(j, interpret=interpret)                # before every load: they all depend on j
+  n0 = j * block_n
   offset = const_word(xc_ref, ids_ref.shape[0] // top_k, OFFSET_WORD)
   gemv_run = functools.partial(gate_up_rows, xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0,
                                top_k=top_k, block_n=block_n, block_k=block_k,
@@ -475,13 +481,14 @@ def check_experts(name, x, gate_packed, gate_scale, up_packed, up_scale, down_pa
                                              "num_stages", "sort_pairs", "rows_per_run", "pair_splits",
                                              "prefetch", "unroll_pairs", "block_k_down", "num_warps_down",
                                              "rank_in_kernel", "compact_pairs", "nibble4_in_place", "down_row_splits",
-                                             "interpret"))
+                                             "trigger_dependents", "interpret"))
 def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                              down_packed, down_scale, expert_offset=0, *, group_size=32, block_n=None,
                              block_n_down=None, block_k=None, num_warps=None, num_stages=None, sort_pairs=None,
                              rows_per_run=None, pair_splits=None, prefetch=None, unroll_pairs=None,
                              block_k_down=None, num_warps_down=None, rank_in_kernel=False, compact_pairs=None,
-                             nibble4_in_place=None, down_row_splits=None, interpret=False):
+                             nibble4_in_place=None, down_row_splits=None, trigger_dependents=False,
+                             interpret=False):
   """Same contract as reference.routed_experts_int4_reference (compressed-tensors arrays as stored).
 
   x: [N, D]; expert_ids: [N, K] int32 global ids; expert_weights: [N, K];
@@ -517,6 +524,10 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
   (_tile_gemv: at 4 warps and a K step of 1024, BN 8 as 2 x 4 rows leaves the down loop without barriers or
   shared memory). A power of two dividing block_n_down; None: default_down_row_splits(N, block_n_down). The same
   sums per row (another order of the final reduction is possible: float32 rounding).
+  trigger_dependents: the gate/up kernel issues `griddepcontrol.launch_dependents` as its first instruction
+  (custom_calls/dependent_launch.py), so that the down kernel's programs may be placed on the SMs, waiting, while
+  the gate/up kernel runs, instead of after its last program exits. Same results (the down kernel still waits for
+  the gate/up kernel to complete); on the GPU only (nothing is issued interpreted).
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -579,7 +590,8 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
       functools.partial(_gate_up_kernel, visits="token_order" if in_token_order else "ranked" if rank_in_kernel
                         else "order", block_n=block_n, rows_per_run=rows_per_run, h_dtype=x.dtype,
                         unroll_pairs=unroll and in_token_order and pair_splits == 1 and rows_per_run == 1,
-                        nibble4_in_place=in_place_gate_up, h_nibble4_in_place=in_place_down, **common),
+                        nibble4_in_place=in_place_gate_up, h_nibble4_in_place=in_place_down,
+                        trigger_dependents=bool(trigger_dependents), interpret=interpret, **common),
       grid=(inter // block_n, pair_splits),
       out_shape=jax.ShapeDtypeStruct((p, inter), jnp.float32),
       compiler_params=params, interpret=interpret, name="moe_int4_gate_up_gemv",

@@ -254,6 +254,25 @@ def _first_lines_until_load(module):
   return module.split("tt.load", 1)[0]
 
 
+def test_mosaic_mla_trigger_dependents_issues_launch_dependents():
+  """The Mosaic GPU MLA kernel with trigger_dependents: its module carries griddepcontrol.launch_dependents and no
+  griddepcontrol.wait (the trigger does not make it a PDL launch: plgpu's wait would), and without it neither."""
+  from custom_calls.gpu_lowering import lower_for_abstract_gpu
+  from custom_calls.mla_attention.mosaic_gpu import mla_attention_mosaic
+  args = (S((1, 1, 64, 512), jnp.bfloat16), S((1, 1, 64, 64), jnp.bfloat16), S((1, 4096, 512), jnp.bfloat16),
+          S((1, 4096, 64), jnp.bfloat16), S((1,), jnp.int32), S((1, 1, 1), jnp.bool_))
+
+  def module_text(**kw):
+    texts = []
+    lower_for_abstract_gpu(lambda *a: mla_attention_mosaic(*a, scale=0.1, **kw), *args,
+                           on_mosaic_module=lambda m: texts.append(str(m)))
+    [text] = texts
+    return text
+  triggered, plain = module_text(trigger_dependents=True), module_text()
+  assert "griddepcontrol.launch_dependents" in triggered and "griddepcontrol.wait" not in triggered
+  assert "griddepcontrol" not in plain
+
+
 @pytest.mark.parametrize("kernel", ["mla", "moe_gemv"])
 def test_trigger_dependents_issues_launch_dependents_before_every_load(kernel):
   """trigger_dependents (custom_calls/dependent_launch.py): the kernel that precedes another (the MLA attention

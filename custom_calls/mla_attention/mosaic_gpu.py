@@ -190,8 +190,10 @@ def _mask_words(cache_len, block_mask, num_heads, num_rows_pad, num_keys):
   return lax.bitcast_convert_type(words, jnp.int32)
 
 
-def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtype, interp, partial_dtype):
-  """partial_dtype: dtype of the per-split outputs (with one split, the normalised output itself)."""
+def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtype, interp, partial_dtype,
+                  trigger_dependents=False):
+  """partial_dtype: dtype of the per-split outputs (with one split, the normalised output itself);
+  trigger_dependents: issue griddepcontrol.launch_dependents first (GPU only; see mla_attention_mosaic)."""
   c = float(scale) * _LOG2E
   L = plgpu.Layout.WGMMA
   ROW = plgpu.Layout.WGMMA.reduce(1)
@@ -205,6 +207,8 @@ def _build_kernel(*, bsz, num_q, num_rows_pad, num_keys, num_splits, scale, dtyp
     # mw_s [2 slot,2,BM] i32; vec_s [4,BM] f32 (m0, sc0, sc1, m1; at the end l0, l1, lse).
     (qpe_s,), (p1_s,) = qpe_p1
     (kv_s, kpe_s), (o_s,) = kv_o
+    if trigger_dependents and not interp:   # the interpreter has no rule for it (and launches nothing early)
+      plgpu.griddepcontrol_launch_dependents()
     mt = lax.axis_index("m")
     j = lax.axis_index("j")
     b = lax.axis_index("b")
@@ -459,16 +463,18 @@ def _kernel_inputs(q_lat, q_pe, cache_len, block_mask, num_keys):
   return q, qpe, cache_len, words
 
 
-@functools.partial(jax.jit, static_argnames=("scale", "num_splits", "interpret", "partial_dtype", "combine"))
+@functools.partial(jax.jit, static_argnames=("scale", "num_splits", "interpret", "partial_dtype", "combine",
+                                             "trigger_dependents"))
 def _mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_splits, interpret,
-                   partial_dtype=jnp.bfloat16, combine="pallas"):
+                   partial_dtype=jnp.bfloat16, combine="pallas", trigger_dependents=False):
   bsz, t, h, _ = q_lat.shape
   s_len = ckv.shape[1]
   m = t * h
   q, qpe, cache_len, words = _kernel_inputs(q_lat, q_pe, cache_len, block_mask, s_len)
   m_pad = q.shape[1]
   kernel = _build_kernel(bsz=bsz, num_q=t, num_rows_pad=m_pad, num_keys=s_len, num_splits=num_splits,
-                         scale=scale, dtype=q_lat.dtype, interp=interpret, partial_dtype=partial_dtype)
+                         scale=scale, dtype=q_lat.dtype, interp=interpret, partial_dtype=partial_dtype,
+                         trigger_dependents=trigger_dependents)
   o_part, lse = kernel(cache_len, q, qpe, ckv, kpe, words, _opaque_zero())   # [B,NS,Mpad,R], [B,NS,Mpad] f32
   if num_splits == 1:      # its normalised output is the result (a fully masked row is 0 either way)
     o = o_part[:, 0, :m]
@@ -485,7 +491,7 @@ def _abstract_gpu_context():
 
 
 def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale, num_splits=None,
-                         interpret=False, partial_dtype="bfloat16", combine="pallas"):
+                         interpret=False, partial_dtype="bfloat16", combine="pallas", trigger_dependents=False):
   """Absorbed MLA tree attention (same contract as reference.mla_attention_reference).
 
   q_lat [B,T,H,512] bf16; q_pe [B,T,H,64] bf16; ckv [B,S,512] bf16; kpe [B,S,64] bf16 (S % 128 == 0);
@@ -496,6 +502,10 @@ def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   normalised output itself). H200 (issue 6 eighth round): bf16 halves the partials' traffic, 1-2% faster.
   combine: how several splits are combined (split_combine.py), "pallas" (combine_splits_pallas, one Triton
   kernel; in interpret mode, the Triton interpreter) or "xla" (combine_splits).
+  trigger_dependents: the kernel issues `griddepcontrol.launch_dependents` first (plgpu's primitive; it does not
+  make this kernel a PDL launch itself), so that the next kernel's programs (the split combine's) may be placed on
+  the SMs, waiting, as this kernel's CTAs exit rather than after the last one (custom_calls/dependent_launch.py
+  has the mechanism). Same results; GPU only (interpreted nothing is issued).
   """
   check_combine("mla_attention_mosaic", combine)
   _check(q_lat, q_pe, ckv, kpe, cache_len, block_mask)
@@ -508,4 +518,5 @@ def mla_attention_mosaic(q_lat, q_pe, ckv, kpe, cache_len, block_mask, *, scale,
   with ctx:
     return _mla_attention(q_lat, q_pe, ckv, kpe, cache_len, block_mask, scale=float(scale),
                           num_splits=int(num_splits), interpret=bool(interpret),
-                          partial_dtype=jnp.dtype(partial_dtype), combine=combine)
+                          partial_dtype=jnp.dtype(partial_dtype), combine=combine,
+                          trigger_dependents=bool(trigger_dependents))

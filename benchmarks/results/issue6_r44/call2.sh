@@ -4,6 +4,7 @@
 # the same bits (tests/test_dependent_launch.py). 2. Busy time of the 1-token gemv (two launches; k-chunked 256)
 # with and without it, after the dispatch. 3. 8-head decode at 8K, 1K, 32K (Triton attention kernel, then the split
 # combine) with and without it. 4. 64-head decode at 16K (Mosaic kernel, then the combine) with and without it.
+# At most 8 files come back from $OUT: the kernels_table.md copies are removed (kernels.json has it all).
 # The plain configs come after the triggered ones, next to the dispatch's default first: an A/B/A in each process.
 mkdir -p $OUT/moe $OUT/mla $OUT/mosaic; nvidia-smi --query-gpu=name --format=csv | tee $OUT/gpu.txt
 timeout 130 python3 -m pytest -q -p no:cacheprovider -rs tests/test_dependent_launch.py > $OUT/tests.log 2>&1
@@ -21,3 +22,4 @@ timeout 90 env PYTHONPATH=. OUT=$OUT/mosaic python3 benchmarks/kernels.py --only
   --device-span 12 --mla-shapes "1,1,64,16384" \
   --mla-configs '[{"kernel": "mosaic", "trigger_dependents": true}, {"kernel": "mosaic"}]' > $OUT/mosaic.log 2>&1
 echo "mosaic rc $?"; grep -E "copy|mla B=" $OUT/mosaic.log | cut -c1-900
+rm -f $OUT/*/kernels_table.md

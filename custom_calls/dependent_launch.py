@@ -1,8 +1,9 @@
 """Programmatic dependent launch (PDL, sm_90+) from inside a Pallas Triton kernel: let the next kernel start early.
 
-On Hopper, XLA launches every kernel of an executable with PDL (xla_gpu_enable_pdl, on by default) and puts a
-`griddepcontrol.wait` at the very start of every Triton kernel, Pallas ones included (XLA's InsertPDLPass; the
-sm_90 SASS has it before any load, benchmarks/RESULTS.md issue 6 twenty-fourth round). The next kernel's programs
+On Hopper, XLA launches its own kernels and every Triton kernel, Pallas ones included, with PDL
+(xla_gpu_enable_pdl, on by default) and puts a `griddepcontrol.wait` at the very start of each (XLA's
+InsertPDLPass; the sm_90 SASS has it before any load, benchmarks/RESULTS.md issue 6 twenty-fourth and forty-fourth
+rounds). A Pallas Mosaic GPU kernel is a PDL launch only if it calls plgpu.griddepcontrol_wait itself. The next kernel's programs
 may then be placed on the SMs before this kernel ends, but only once every program of this kernel has issued
 `griddepcontrol.launch_dependents` or exited; they sit in that wait (a hardware wait, no polling) until this kernel
 has completed and its stores are visible. XLA issues launch_dependents only in its own Triton GEMM fusions, never

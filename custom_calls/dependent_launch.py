@@ -3,12 +3,12 @@
 On Hopper, XLA launches its own kernels and every Triton kernel, Pallas ones included, with PDL
 (xla_gpu_enable_pdl, on by default) and puts a `griddepcontrol.wait` at the very start of each (XLA's
 InsertPDLPass; the sm_90 SASS has it before any load, benchmarks/RESULTS.md issue 6 twenty-fourth and forty-fourth
-rounds). A Pallas Mosaic GPU kernel is a PDL launch only if it calls plgpu.griddepcontrol_wait itself. The next kernel's programs
-may then be placed on the SMs before this kernel ends, but only once every program of this kernel has issued
-`griddepcontrol.launch_dependents` or exited; they sit in that wait (a hardware wait, no polling) until this kernel
-has completed and its stores are visible. XLA issues launch_dependents only in its own Triton GEMM fusions, never
-in a Pallas kernel, so without this module the next kernel's programs are placed only after this kernel's last
-program exits.
+rounds). A Pallas Mosaic GPU kernel is a PDL launch only if it calls plgpu.griddepcontrol_wait itself. Such a
+kernel's programs may be placed on the SMs before the kernel before it ends, but only once every program of that
+kernel has issued `griddepcontrol.launch_dependents` or exited; they sit in the wait (a hardware wait, no polling)
+until it has completed and its stores are visible. XLA issues launch_dependents only in its own Triton GEMM
+fusions, never in a Pallas kernel, so without this module the kernel after a Pallas kernel has its programs placed
+only after the Pallas kernel's last program exits.
 
 `launch_dependents(value)` issues it early. It does not change what any kernel computes: the next kernel still
 waits for this one to complete before its first load. What it can change is the gap between the two (the next

@@ -40,7 +40,8 @@ from custom_calls.mla_attention.pallas_triton import mla_attention_pallas
 from custom_calls.mla_attention.reference import mla_attention_reference, visibility_mask
 from custom_calls.moe_int4 import routed_experts_int4
 from custom_calls.moe_int4.mosaic_experts import routed_experts_int4_mosaic
-from custom_calls.moe_int4.mosaic_layout import to_mosaic_layout
+from custom_calls.moe_int4.mosaic_down_prewait import routed_experts_int4_prewait_down
+from custom_calls.moe_int4.mosaic_layout import down_to_mosaic_layout, to_mosaic_layout
 from custom_calls.moe_int4.pallas_gemv import routed_experts_int4_gemv
 from custom_calls.moe_int4.pallas_gemv_pipelined import routed_experts_int4_gemv_pipelined
 from custom_calls.moe_int4.pallas_triton_pipelined import routed_experts_int4_grouped_one_launch
@@ -387,7 +388,9 @@ MOE_KERNELS = {"gemv": routed_experts_int4_gemv,
                "gemv_pipelined": routed_experts_int4_gemv_pipelined,   # both parts in one launch; 4-6 tokens
                "grouped": routed_experts_int4_pallas,
                "grouped_one_launch": routed_experts_int4_grouped_one_launch,   # dispatched at 7-512 tokens
-               "mosaic": routed_experts_int4_mosaic}     # tensor cores, <= 16 tokens; its own layout; not dispatched
+               "mosaic": routed_experts_int4_mosaic,     # tensor cores, <= 16 tokens; its own layout; not dispatched
+               # gemv gate/up + Mosaic down, its first expert's words read before its wait; down in the Mosaic layout
+               "prewait": routed_experts_int4_prewait_down}
 
 
 def gemv_sweep(m):
@@ -482,6 +485,12 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
       chunked_experts["mosaic", wgmma_order] = (jax.block_until_ready(to_mosaic_layout(*experts,
                                                                                        wgmma_order=wgmma_order)),)
     return chunked_experts["mosaic", wgmma_order]
+
+  def mosaic_down(wgmma_order):                     # the down half of it alone (the prewait kernel's)
+    if ("down", wgmma_order) not in chunked_experts:
+      chunked_experts["down", wgmma_order] = jax.block_until_ready(
+          down_to_mosaic_layout(*experts[4:], wgmma_order=wgmma_order))
+    return chunked_experts["down", wgmma_order]
   for m in ms:
     if over_budget(budget_s):
       RESULTS["errors"].append(f"moe M={m}: skipped (time budget)")
@@ -518,6 +527,9 @@ def bench_moe(copy_bw, mm, smoke, budget_s, rows=None, kernels=None, baselines=T
           if cfg.get("kernel") == "mosaic":
             mz = mosaic_layout(bool(cfg.get("wgmma_order")))
             cfg_args, cfg_sets = args[:3] + mz, [a_[:3] + mz for a_ in arg_sets]
+          if cfg.get("kernel") == "prewait":           # gate/up as above (stored or k_chunk), down as Mosaic's
+            dz = mosaic_down(bool(cfg.get("wgmma_order")))
+            cfg_args, cfg_sets = cfg_args[:7] + dz, [a_[:7] + dz for a_ in cfg_sets]
           if cfg.get("kernel") == "default":           # what the model runs: routed_experts_int4's choice
             fn = functools.partial(routed_experts_int4, expert_offset=0,
                                    impl="pallas_interpret" if smoke else "pallas")
@@ -665,7 +677,7 @@ def main():
   ap.add_argument("--moe-configs", default="",
                   help='MoE: a JSON list of configs timed at every row count after the dispatch, e.g. '
                        '\'[{"kernel": "gemv", "block_k": 512}]\' ("kernel": gemv, gemv_pipelined, grouped, '
-                       'grouped_one_launch or mosaic, and its keyword '
+                       'grouped_one_launch, mosaic or prewait, and its keyword '
                        'arguments)')
   ap.add_argument("--moe-max-configs", type=int, default=0, help="MoE: at most this many sweep configs per row count")
   ap.add_argument("--no-baselines", action="store_true", help="MoE: skip the ragged_dot and XLA-reference timings")

@@ -4,8 +4,10 @@ API for the model: load the expert arrays once (optionally through `repack`, whi
 returns an `Int4Experts` tuple in the order of the arguments below), then call
 `routed_experts_int4(x, ids, weights, *experts, expert_offset=..., impl="auto")` per layer.
 
-Not dispatched yet: mosaic_experts.py (tensor cores for 1-16 tokens, Pallas Mosaic GPU, its own load-time layout
-mosaic_layout.py), tested on the CPU only; benchmarks/results/issue6_r16/call4.sh times it against this dispatch.
+Not dispatched: mosaic_experts.py (tensor cores for 1-16 tokens, Pallas Mosaic GPU, its own load-time layout
+mosaic_layout.py; correct on the H200 but no faster, issue 6 seventeenth round) and mosaic_down_prewait.py (the
+gemv's gate/up kernel, then a Mosaic GPU down kernel that reads its expert's words before its dependent-launch wait;
+the down words in mosaic_layout.py's layout; CPU-tested, not yet timed: benchmarks/results/issue6_r45/call1.sh).
 """
 import jax
 

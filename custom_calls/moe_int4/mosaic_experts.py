@@ -109,6 +109,37 @@ def _from_wgmma_column_order(a):
   return jnp.swapaxes(a.reshape(rows, bk // 32, 4, 4, 2), 2, 3).reshape(rows, bk)
 
 
+def dequant_wgmma_step(acc, w_tile, scale_tile, act_tile, *, group_size, wgmma_order, interpret, a_smem):
+  """acc [ROWS, TP] f32 += (w_tile dequantised) @ act_tile^T on the tensor cores, then waits for the wgmma.
+
+  w_tile: int4 [ROWS, BK] in shared memory (mosaic_layout.py; in `wgmma_order` if stored so); scale_tile: bf16
+  [BK/g, ROWS]; act_tile: bf16 [TP, BK] (wgmma B tiles, _ACT_TILES); a_smem: interpret mode's A operand (bf16
+  [ROWS, BK], _ACT_TILES), None on a GPU. Weights are q * scale rounded to bf16, as the reference rounds them."""
+  groups = w_tile.shape[1] // group_size
+  q = plgpu.load(w_tile, (), layout=plgpu.Layout.WGMMA_UPCAST_4X)
+  if not wgmma_order:
+    q = plgpu.layout_cast(q, plgpu.Layout.WGMMA)          # Mosaic moves the nibbles (shuffles, byte permutes)
+  elif not interpret:
+    q = _as_wgmma_operand(q)                              # no data movement: the stored order did it
+  a = q.astype(jnp.bfloat16)
+  if wgmma_order and interpret:
+    a = _from_wgmma_column_order(a)
+  row_vector = plgpu.Layout.WGMMA.reduce(1)
+  s = jnp.concatenate(
+      [lax.broadcast_in_dim(plgpu.load(scale_tile.at[g], (), layout=row_vector), (ROWS, group_size), [0])
+       for g in range(groups)], axis=1)                                              # [ROWS, BK]
+  a = a * s
+  if interpret:
+    a_smem[...] = a
+    plgpu.commit_smem()
+    a = a_smem
+  plgpu.wgmma(acc, a, act_tile.transpose((1, 0)))
+  # Wait for it before the next tile: its A operand is in registers that the next tile's conversion
+  # overwrites. (Leaving one wgmma in flight, an option until session 21, gave NaN and errors of 5e2 on the
+  # H200 at 4-16 tokens; benchmarks/RESULTS.md, issue 6 sixteenth round, call 4.)
+  plgpu.wgmma_wait(0)
+
+
 def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, block_k, stages, group_size,
                    wgmma_order, interpret):
   """out[s, slot, r, t] = sum over split s's columns k of W[e, r, k] * act[t, k], e = slot_expert[slot].
@@ -125,8 +156,6 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, bl
   k_split = k // k_splits
   groups = block_k // group_size
   lanes = min(slot_lanes, num_slots)
-  wgmma_layout = plgpu.Layout.WGMMA
-  row_vector = plgpu.Layout.WGMMA.reduce(1)
 
   def body(used_ref, slot_expert_ref, act_ref, w_ref, scale_ref, out_ref, a_smem, out_smem):
     # a_smem [ROWS, BK] bf16: interpret mode's A operand (None on a GPU); out_smem [ROWS, TP] f32: the result's
@@ -137,29 +166,8 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, bl
     cols = pl.ds(split * k_split, k_split)
     scale_rows = pl.ds(split * (k_split // group_size), k_split // group_size)
 
-    def step(acc, w_tile, scale_tile, act_tile):
-      # w_tile int4 [ROWS, BK]; scale_tile bf16 [BK/g, ROWS]; act_tile bf16 [TP, BK]
-      q = plgpu.load(w_tile, (), layout=plgpu.Layout.WGMMA_UPCAST_4X)
-      if not wgmma_order:
-        q = plgpu.layout_cast(q, wgmma_layout)              # Mosaic moves the nibbles (shuffles, byte permutes)
-      elif not interpret:
-        q = _as_wgmma_operand(q)                            # no data movement: the stored order did it
-      a = q.astype(jnp.bfloat16)
-      if wgmma_order and interpret:
-        a = _from_wgmma_column_order(a)
-      s = jnp.concatenate(
-          [lax.broadcast_in_dim(plgpu.load(scale_tile.at[g], (), layout=row_vector), (ROWS, group_size), [0])
-           for g in range(groups)], axis=1)                                            # [ROWS, BK]
-      a = a * s
-      if interpret:
-        a_smem[...] = a
-        plgpu.commit_smem()
-        a = a_smem
-      plgpu.wgmma(acc, a, act_tile.transpose((1, 0)))
-      # Wait for it before the next tile: its A operand is in registers that the next tile's conversion
-      # overwrites. (Leaving one wgmma in flight, an option until session 21, gave NaN and errors of 5e2 on the
-      # H200 at 4-16 tokens; benchmarks/RESULTS.md, issue 6 sixteenth round, call 4.)
-      plgpu.wgmma_wait(0)
+    step = functools.partial(dequant_wgmma_step, group_size=group_size, wgmma_order=wgmma_order,
+                             interpret=interpret, a_smem=a_smem)
 
     def one_slot(i, carry):
       slot = lane + i * lanes

@@ -81,7 +81,20 @@ def to_mosaic_layout(gate_packed, gate_scale, up_packed, up_scale, down_packed, 
   order = wgmma_column_order if wgmma_order else (lambda words: words)
   gate_up = _interleave_gate_up(signed_int4(order(gate_packed)), signed_int4(order(up_packed)))
   gate_up_scale = jnp.swapaxes(_interleave_gate_up(gate_scale, up_scale), 1, 2)
-  return MosaicExperts(gate_up, gate_up_scale, signed_int4(order(down_packed)), jnp.swapaxes(down_scale, 1, 2))
+  return MosaicExperts(gate_up, gate_up_scale, *down_to_mosaic_layout(down_packed, down_scale,
+                                                                      wgmma_order=wgmma_order))
+
+
+def down_to_mosaic_layout(down_packed, down_scale, *, wgmma_order=False):
+  """The stored down words int32 [E, D, I/8] and scales [E, D, I/g] -> (int4 [E, D, I], bf16 [E, I/g, D]): the
+  down half of MosaicExperts (also what mosaic_down_prewait.py reads). Run once at load."""
+  if down_packed.ndim != 3 or down_scale.ndim != 3 or down_scale.shape[:2] != down_packed.shape[:2]:
+    raise ValueError(f"down_to_mosaic_layout: down_packed {tuple(down_packed.shape)} and down_scale "
+                     f"{tuple(down_scale.shape)} must be the stored [E, D, I/8] words and [E, D, I/g] scales")
+  if down_scale.dtype != jnp.bfloat16:
+    raise TypeError(f"down_to_mosaic_layout: down_scale is {down_scale.dtype}; the Mosaic kernels need bf16 scales")
+  order = wgmma_column_order if wgmma_order else (lambda words: words)
+  return signed_int4(order(down_packed)), jnp.swapaxes(down_scale, 1, 2)
 
 
 def gate_up_halves(rows):

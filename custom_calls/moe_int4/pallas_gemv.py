@@ -49,7 +49,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dependent_launch import launch_dependents
 from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
-                                            load_scale_tile, load_word_tile, logical_shape)
+                                            load_scale_tile, load_word_tile, logical_shape, scale_shape)
 from custom_calls.moe_int4.nibbles import nibble_planes, plane_columns, plane_scale
 from custom_calls.moe_int4.planes_consts import MAGIC_WORD, OFFSET_WORD, const_word, load_planes, planes_and_consts
 from custom_calls.pow2 import is_pow2, next_pow2
@@ -191,31 +191,34 @@ def _local_ranks(ids_ref, expert_offset, num_local):
   return idx, e, local, rank, jnp.sum(local.astype(jnp.int32))
 
 
-def gate_up_rows(xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_run, e, *, top_k,
-                 block_n, block_k, group_size, h_dtype, prefetch, nibble4_in_place, h_nibble4_in_place):
-  """h[p, n0:n0+BN] = SiLU(x W_gate^T) * (x W_up^T) (rounded to h_dtype, written in the planes layout) for the
-  run's pairs p (R i32 scalars; in_run[r]: pair r belongs to the run; in_run[0]: the run's expert e is local).
-  Refs as in _gate_up_kernel."""
+def gate_up_rows(xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0, pairs, in_run, e, *, top_k, num_tokens,
+                 block_n, block_k, group_size, h_dtype, prefetch, nibble4_in_place, h_nibble4_in_place,
+                 h_planes=True):
+  """h[p, n0:n0+BN] = SiLU(x W_gate^T) * (x W_up^T) (rounded to h_dtype) for the run's pairs p (R i32 scalars;
+  in_run[r]: pair r belongs to the run; in_run[0]: the run's expert e is local). h_planes: written as f32 in the
+  planes layout, pre-scaled for h_nibble4_in_place (the Triton down kernels' activations); else as h_dtype in
+  column order (a matrix, for mosaic_down_prewait.py). Refs as in _gate_up_kernel; num_tokens: N of xc."""
   chunks = xc_ref.shape[1] // block_k
   cols = n0 + jnp.arange(block_n, dtype=jnp.int32)
-  h_cols = plane_columns(cols, hp_ref.shape[1])                 # h is written in the planes layout
+  h_cols = plane_columns(cols, hp_ref.shape[1]) if h_planes else cols
 
   @pl.when(in_run[0])
   def _():
-    magic = const_word(xc_ref, hp_ref.shape[0] // top_k, MAGIC_WORD)
+    magic = const_word(xc_ref, num_tokens, MAGIC_WORD)
     g_rows, u_rows = _tile_gemv(((gw_ref, gs_ref, n0), (uw_ref, us_ref, n0)), e, xc_ref,
                                 [p // top_k for p in pairs], in_run, chunks, magic,
                                 block_n=block_n, block_k=block_k, group_size=group_size,
                                 nibble4_in_place=nibble4_in_place, prefetch=prefetch)       # R x [BN] each
     for p, ok, g, u in zip(pairs, in_run, g_rows, u_rows):
       h = (g * jax.nn.sigmoid(g) * u).astype(h_dtype)                  # rounded as the reference rounds h
-      h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
+      if h_planes:
+        h = h.astype(jnp.float32) * plane_scale(cols, h_nibble4_in_place)  # the float32 planes carry the 2**-e
       plgpu.store(hp_ref.at[p, h_cols], h, mask=jnp.broadcast_to(ok, (block_n,)))
 
 
 def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, block_k, group_size, h_dtype,
                     pair_splits, prefetch, unroll_pairs, nibble4_in_place, h_nibble4_in_place, trigger_dependents,
-                    interpret):
+                    interpret, h_planes=True):
   """Program (j, s): columns [j*BN, (j+1)*BN) of h for the local pairs at visiting positions s, s + S, ...
   (S = pair_splits; S = 1: every position, a run of same-expert pairs at a time).
 
@@ -227,7 +230,7 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
   the constant words (the expert offset, MAGIC); count: [1] i32 positions to visit; order: [P] i32 pair at each
   position; ids: [P] i32 global expert id per pair (P = N * top_k, token-major);
   gw/uw: int32 [E, I, D/8]; gs/us: [E, I, D/g]; hp: f32 [P, 8 * I/8] planes, pre-scaled (rows of non-local
-  pairs unwritten).
+  pairs unwritten); with h_planes False, h_dtype [>= P, I] in column order (gate_up_rows).
   nibble4_in_place: the x planes' extraction (nibbles.py); h_nibble4_in_place: the down kernel's, which hp is
   pre-scaled for. trigger_dependents: issue dependent_launch.launch_dependents first (the down kernel's programs
   may then be placed while this kernel runs).
@@ -244,10 +247,10 @@ def _gate_up_kernel(*refs, visits, top_k, num_local, rows_per_run, block_n, bloc
   n0 = j * block_n
   offset = const_word(xc_ref, ids_ref.shape[0] // top_k, OFFSET_WORD)
   gemv_run = functools.partial(gate_up_rows, xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, n0,
-                               top_k=top_k, block_n=block_n, block_k=block_k,
+                               top_k=top_k, num_tokens=ids_ref.shape[0] // top_k, block_n=block_n, block_k=block_k,
                                group_size=group_size, h_dtype=h_dtype,
                                prefetch=prefetch, nibble4_in_place=nibble4_in_place,
-                               h_nibble4_in_place=h_nibble4_in_place)
+                               h_nibble4_in_place=h_nibble4_in_place, h_planes=h_planes)
 
   if visits == "ranked":
     idx, local_e, local, rank, count = _local_ranks(ids_ref, offset, num_local)
@@ -613,3 +616,53 @@ def routed_experts_int4_gemv(x, expert_ids, expert_weights, gate_packed, gate_sc
       compiler_params=params_down, interpret=interpret, name="moe_int4_down_gemv_sorted",
   )(xc, *order_args, ids, wts, hp, down_packed, down_scale, jnp.zeros((n, d), jnp.float32))
   return out.astype(x.dtype)
+
+
+@functools.partial(jax.jit, static_argnames=("rows", "group_size", "trigger_dependents", "interpret"))
+def gate_up_h_matrix(x, expert_ids, gate_packed, gate_scale, up_packed, up_scale, expert_offset=0, *, rows,
+                     group_size=32, trigger_dependents=False, interpret=False):
+  """h = SiLU(x W_gate^T) * (x W_up^T) of the local (token, expert) pairs as a matrix, for a down kernel that reads
+  h whole (mosaic_down_prewait.py): routed_experts_int4_gemv's gate/up kernel with its defaults for N tokens, in
+  token order with every pair visited by every program (pair_splits 1, unrolled), writing h in x's dtype and
+  column order.
+
+  x: [N, D]; expert_ids: int32 [N, K] global ids; gate/up words and scales as routed_experts_int4_gemv takes them
+  (stored or k-chunked). Returns x.dtype [rows, I], rows >= P = N * K: row p is pair p (token-major); the rows of
+  remote pairs and rows >= P are not written (any bits). trigger_dependents: as routed_experts_int4_gemv's.
+  """
+  n, d = x.shape
+  top_k = expert_ids.shape[1]
+  p = n * top_k
+  name = "gate_up_h_matrix"
+  e, inter, d8 = logical_shape(gate_packed)
+  block_n, _, block_k, _, num_warps, num_stages = tile_blocks(n, d, inter, None, None, None, None, None, None)
+  if x.dtype not in (jnp.bfloat16, jnp.float16, jnp.float32) or d8 * 8 != d:
+    raise ValueError(f"{name}: x {x.dtype} {tuple(x.shape)} must be bf16/f16/f32 with D = {d8 * 8} columns "
+                     f"(gate_packed {tuple(gate_packed.shape)})")
+  if logical_shape(up_packed) != (e, inter, d8) or up_packed.ndim != gate_packed.ndim:
+    raise ValueError(f"{name}: up_packed {tuple(up_packed.shape)} and gate_packed {tuple(gate_packed.shape)} must "
+                     "have one shape (one layout)")
+  if group_size not in KERNEL_GROUP_SIZES or d % block_k or inter % block_n or block_k < 128:
+    raise ValueError(f"{name}: group_size {group_size} must be one of {KERNEL_GROUP_SIZES}, and D = {d} a multiple "
+                     f"of {block_k} >= 128, I = {inter} of {block_n}")
+  for what, scale in (("gate_scale", gate_scale), ("up_scale", up_scale)):
+    if tuple(scale.shape) != scale_shape(gate_packed, group_size):
+      raise ValueError(f"{name}: {what} has shape {tuple(scale.shape)}, expected "
+                       f"{scale_shape(gate_packed, group_size)} for words {tuple(gate_packed.shape)}")
+  check_block_k(name, gate_packed, block_k, multiples=True)
+  if rows < p:
+    raise ValueError(f"{name}: rows {rows} < {p} (token, expert) pairs")
+  in_place = default_nibble4_in_place(n)[0]
+  xc = planes_and_consts(x, expert_offset, 2, in_place)
+  ids = expert_ids.reshape(p).astype(jnp.int32)
+  return pl.pallas_call(
+      functools.partial(_gate_up_kernel, visits="token_order", top_k=top_k, num_local=e, rows_per_run=1,
+                        block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=x.dtype, pair_splits=1,
+                        prefetch=default_gemv_blocks(n)[8], unroll_pairs=True, nibble4_in_place=in_place,
+                        h_nibble4_in_place=False, trigger_dependents=bool(trigger_dependents), interpret=interpret,
+                        h_planes=False),
+      grid=(inter // block_n, 1),
+      out_shape=jax.ShapeDtypeStruct((rows, inter), x.dtype),
+      compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages), interpret=interpret,
+      name="moe_int4_gate_up_gemv",
+  )(xc, ids, gate_packed, gate_scale, up_packed, up_scale)

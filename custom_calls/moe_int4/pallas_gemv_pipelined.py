@@ -130,7 +130,8 @@ def _pipelined_kernel(xc_ref, ids_ref, wts_ref, gw_ref, gs_ref, uw_ref, us_ref, 
   @pl.when(gate_up)
   def _():
     run = functools.partial(gate_up_rows, xc_ref, gw_ref, gs_ref, uw_ref, us_ref, hp_ref, j * block_n,
-                            top_k=top_k, block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=h_dtype,
+                            top_k=top_k, num_tokens=tokens, block_n=block_n, block_k=block_k, group_size=group_size,
+                            h_dtype=h_dtype,
                             prefetch=prefetch, nibble4_in_place=in_place_gate_up,
                             h_nibble4_in_place=in_place_down)
 

@@ -1,0 +1,23 @@
+# Issue 6 round 45, call 1 (timeout 600; H100 or H200, gpu.txt says which). The 1-token MoE with its down projection
+# in Mosaic GPU, the first expert's words copied before the kernel's own dependent-launch wait
+# (custom_calls/moe_int4/mosaic_down_prewait.py; gate/up is the gemv's Triton kernel, triggering its dependents first).
+# 1. The marked GPU tests: the prewait kernels against the reference and bit for bit against their plain launches
+#    (tests/test_moe_prewait_down.py), and round 44's trigger_dependents bits (tests/test_dependent_launch.py).
+# 2. Busy time at one token, A/B/A in one process after the dispatch (two gemv launches, k-chunked 256): prewait with
+#    the trigger; the same kernels as plain launches (no prewait, no trigger); prewait without the trigger; the gemv
+#    with round 44's trigger; prewait again; the dispatch again.
+nvidia-smi --query-gpu=name --format=csv | tee $OUT/gpu.txt
+timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/test_moe_prewait_down.py tests/test_dependent_launch.py \
+  > $OUT/tests.log 2>&1
+echo "tests rc $?"; tail -6 $OUT/tests.log
+mkdir -p $OUT/moe
+timeout 340 env PYTHONPATH=. OUT=$OUT/moe python3 benchmarks/kernels.py --only moe --no-baselines --device-span 12 \
+  --moe-rows 1 --budget 325 --moe-configs '[{"kernel": "default", "k_chunk": 256},
+  {"kernel": "prewait", "k_chunk": 256},
+  {"kernel": "prewait", "k_chunk": 256, "prewait": false, "trigger_dependents": false},
+  {"kernel": "prewait", "k_chunk": 256, "trigger_dependents": false},
+  {"kernel": "gemv", "k_chunk": 256, "trigger_dependents": true},
+  {"kernel": "prewait", "k_chunk": 256},
+  {"kernel": "default", "k_chunk": 256}]' > $OUT/moe.log 2>&1
+echo "moe rc $?"; grep -E "copy|  moe M=" $OUT/moe.log | cut -c1-400
+rm -f $OUT/moe/kernels_table.md

@@ -1,0 +1,245 @@
+"""The few-token INT4 MoE's down projection in Pallas Mosaic GPU, its first expert's words loaded before its
+dependent-launch wait.
+
+Why (benchmarks/RESULTS.md, issue 6 forty-fourth round): at one token the dispatch's two gemv launches take
+~16 us of kernel for a 9.6-us roofline of the call's 24.8 MB; the down kernel (8.3 MB of one K2.6 expert) cannot
+start reading until the gate/up kernel has completed, because XLA puts `griddepcontrol.wait` first in every Pallas
+Triton kernel. A Mosaic GPU kernel places its own wait. Here, with the gate/up kernel triggering its dependents
+first (`trigger_dependents`), this kernel's programs are placed while gate/up runs, copy their tile of the first
+local expert's down words and scales to shared memory (TMA), and only then wait; after the wait they read h
+(written by gate/up) and do the arithmetic on the tensor cores. What remains after gate/up is that arithmetic
+(~1.5-3 us estimated), not the 8.3 MB.
+
+Reading before the wait is safe for what the kernel just before it (gate/up) does not write: gate/up triggers after
+its own wait, by which every earlier kernel of the stream has completed, so the expert ids and the routing weights
+are final, and the expert weights are the jit's inputs (nothing in the call writes them).
+
+How, per program (one 64-row tile of the D outputs, grid D / 64; K2.6: 112 programs, under one an SM):
+- The local pairs (token, expert) are found from the P = N * top_k expert ids in straight-line scalar code. The
+  first one's whole [64, I] int4 tile and its [I/g, 64] scales go to shared memory before the wait (K2.6: 64 KB +
+  8 KB).
+- After the wait (`griddepcontrol.wait`; GPU only), h [TP, I] (bf16, every pair's row, TP = P rounded up to 8: the
+  wgmma N side) is copied to shared memory once. Pair p's product is the wgmma of its expert's tile (dequantised in
+  registers: mosaic_experts.dequant_wgmma_step) against all of h, [64, TP], of which column p is the pair's;
+  it is added, times the pair's routing weight, to column p of a [64, TP] f32 sum (a select, so another column's
+  unwritten h rows cannot reach it). Further local pairs stream their tiles through `emit_pipeline`.
+- Output row tile of token t = the sum of its top_k columns, written once in x's dtype (no zero-fill, no atomics);
+  a program without local pairs writes zeros.
+
+The down words are in the Mosaic layout (mosaic_layout.down_to_mosaic_layout: signed int4 [E, D, I], scales
+[E, I/g, D]), not the Triton kernels' k-chunked one; the gate/up kernel is the Triton gemv's
+(pallas_gemv.gate_up_h_matrix). Numerics: as mosaic_experts.py (weights q * scale rounded to bf16, fp32 tensor-core
+sums in another order than the reference's; tolerance, not bits). Not timed on a GPU yet and not dispatched.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from custom_calls.gpu_lowering import lower_for_abstract_gpu
+from custom_calls.moe_int4.mosaic_experts import _ACT_TILES, GROUP_SIZES, ROWS, dequant_wgmma_step
+from custom_calls.moe_int4.pallas_gemv import gate_up_h_matrix
+
+MAX_PAIRS = 64                 # P = N * top_k: the wgmma N side (TP) and the [64, TP] f32 sum stay small
+
+
+def pair_rows(num_pairs: int) -> int:
+  """TP: the rows of h the kernel reads, the P pairs rounded up to the wgmma's multiple of 8."""
+  return -(-num_pairs // 8) * 8
+
+
+def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, stages, group_size,
+                         wgmma_order, prewait, interpret):
+  """out[t, r] = sum over token t's local pairs p of wts[p] * sum_k W[e_p, r, k] * h[p, k].
+
+  ids: int32 [P] global expert ids (token-major); wts: f32 [P]; offset: int32 [1]; h: bf16 [TP, I] (rows of remote
+  pairs and rows >= P: any bits); w: int4 [E, D, I]; scale: bf16 [E, I/g, D]. Returns bf16 [N, D].
+  prewait: copy the first local pair's tile before griddepcontrol.wait (False: after it, as a plain kernel).
+  """
+  num_pairs = ids.shape[0]
+  top_k = num_pairs // num_tokens
+  tp = h.shape[0]
+  num_local, d, inter = w.shape
+  steps = inter // block_k
+  groups = block_k // group_size
+  wgmma = plgpu.Layout.WGMMA
+
+  def body(ids_ref, wts_ref, off_ref, h_ref, w_ref, s_ref, out_ref, first_w, first_s, act, out_smem, first_bar,
+           act_bar, a_smem):
+    # first_w int4 [steps, ROWS, BK], first_s bf16 [steps, BK/g, ROWS]: the first local pair's tile;
+    # act bf16 [steps, TP, BK]: h; out_smem [N, ROWS]; a_smem: interpret mode's A operand (None on a GPU).
+    rows = pl.ds(lax.axis_index("tile") * ROWS, ROWS)
+    base = off_ref[0]
+    experts = [ids_ref[p] - base for p in range(num_pairs)]                       # local ids (any value if remote)
+    is_local = [(e >= 0) & (e < num_local) for e in experts]
+    count = sum(ok.astype(jnp.int32) for ok in is_local)
+    rank = [sum(ok.astype(jnp.int32) for ok in is_local[:p]) for p in range(num_pairs)]   # local pairs before p
+
+    def nth_local(n):
+      """(pair, local expert) of the local pair of rank n (< count)."""
+      hit = [ok & (r == n) for ok, r in zip(is_local, rank)]
+      pair = sum(jnp.where(x, jnp.int32(p), 0) for p, x in enumerate(hit))
+      return pair, sum(jnp.where(x, e, 0) for x, e in zip(hit, experts))
+
+    first_pair, first_expert = nth_local(0)
+
+    def copy_first():
+      for j in range(steps):
+        plgpu.copy_gmem_to_smem(w_ref.at[first_expert, rows, pl.ds(j * block_k, block_k)], first_w.at[j], first_bar)
+        plgpu.copy_gmem_to_smem(s_ref.at[first_expert, pl.ds(j * groups, groups), rows], first_s.at[j], first_bar)
+
+    if prewait:
+      pl.when(count > 0)(copy_first)
+    if not interpret:
+      plgpu.griddepcontrol_wait()         # h (written by the kernel before this one) is read only after it
+    if not prewait:
+      pl.when(count > 0)(copy_first)
+
+    step = functools.partial(dequant_wgmma_step, group_size=group_size, wgmma_order=wgmma_order,
+                             interpret=interpret, a_smem=a_smem)
+    col = plgpu.broadcasted_iota(jnp.int32, (ROWS, tp), 1, layout=wgmma)
+
+    def add_pair(total, pair, product):
+      return total + jnp.where(col == pair, product * wts_ref[pair], 0.0)
+
+    @pl.when(count > 0)
+    def _():
+      for j in range(steps):
+        plgpu.copy_gmem_to_smem(h_ref.at[:, pl.ds(j * block_k, block_k)], act.at[j], act_bar)
+      plgpu.barrier_wait(act_bar)
+
+      def first_product(acc):
+        plgpu.barrier_wait(first_bar)
+        for j in range(steps):
+          step(acc, first_w.at[j], first_s.at[j], act.at[j])
+        return acc[...]
+
+      zeros = plgpu.layout_cast(jnp.zeros((ROWS, tp), jnp.float32), wgmma)
+      total = add_pair(zeros, first_pair, pl.run_scoped(first_product, plgpu.ACC((ROWS, tp), jnp.float32)))
+
+      def next_pair(n, total):
+        pair, expert = nth_local(n)
+
+        def product(acc):
+          plgpu.emit_pipeline(
+              lambda idx, w_tile, s_tile: step(acc, w_tile, s_tile, act.at[idx[0]]), grid=(steps,),
+              in_specs=[plgpu.BlockSpec((ROWS, block_k), lambda j: (0, j)),
+                        plgpu.BlockSpec((groups, ROWS), lambda j: (j, 0))],
+              max_concurrent_steps=min(stages, steps),
+          )(w_ref.at[expert, rows], s_ref.at[expert, :, rows])
+          return acc[...]
+
+        return add_pair(total, pair, pl.run_scoped(product, plgpu.ACC((ROWS, tp), jnp.float32)))
+
+      total = lax.fori_loop(1, count, next_pair, total)
+      for t in range(num_tokens):
+        mine = (col >= t * top_k) & (col < (t + 1) * top_k)
+        out_smem[t] = jnp.sum(jnp.where(mine, total, 0.0), axis=1).astype(out_smem.dtype)
+      plgpu.commit_smem()
+      plgpu.copy_smem_to_gmem(out_smem, out_ref.at[:, rows])
+      plgpu.wait_smem_to_gmem(0)
+
+    @pl.when(count == 0)
+    def _():
+      for t in range(num_tokens):
+        out_smem[t] = plgpu.layout_cast(jnp.zeros((ROWS,), jnp.float32), wgmma.reduce(1)).astype(out_smem.dtype)
+      plgpu.commit_smem()
+      plgpu.copy_smem_to_gmem(out_smem, out_ref.at[:, rows])
+      plgpu.wait_smem_to_gmem(0)
+
+  def entry(*refs):
+    scratch = [plgpu.SMEM((steps, ROWS, block_k), jnp.int4),
+               plgpu.SMEM((steps, groups, ROWS), jnp.bfloat16),
+               plgpu.SMEM((steps, tp, block_k), jnp.bfloat16, transforms=_ACT_TILES),
+               plgpu.SMEM((num_tokens, ROWS), jnp.bfloat16),
+               plgpu.Barrier(num_arrivals=2 * steps),       # the first pair's words and scales, every step
+               plgpu.Barrier(num_arrivals=steps)]           # h, every step
+    if interpret:                                          # its A operand (registers on a GPU)
+      scratch.append(plgpu.SMEM((ROWS, block_k), jnp.bfloat16, transforms=_ACT_TILES))
+    pl.run_scoped(lambda *scr: body(*refs, *scr, *([] if interpret else [None])), *scratch)
+
+  kernel = plgpu.kernel(
+      entry, out_type=jax.ShapeDtypeStruct((num_tokens, d), jnp.bfloat16),
+      grid=(d // ROWS,), grid_names=("tile",),
+      interpret=plgpu.InterpretGPUParams(detect_races=True) if interpret else None)
+  return kernel(ids, wts, offset, h, w, scale)
+
+
+def check_options(x, expert_ids, down, down_scale, *, group_size, block_k, stages):
+  """Raise ValueError naming the argument when the shapes or options do not fit the down kernel."""
+  name = "routed_experts_int4_prewait_down"
+  n, d = x.shape
+  num_pairs = expert_ids.size
+  e, d_w, inter = down.shape
+  if x.dtype != jnp.bfloat16:
+    raise ValueError(f"{name}: x is {x.dtype}; the kernels take bf16 activations")
+  if num_pairs > MAX_PAIRS:
+    raise ValueError(f"{name}: {n} tokens x top-{expert_ids.shape[1]} = {num_pairs} pairs; at most {MAX_PAIRS}")
+  if group_size not in GROUP_SIZES:
+    raise ValueError(f"{name}: group_size {group_size} not in {GROUP_SIZES}")
+  if down.dtype != jnp.int4 or d_w != d:
+    raise ValueError(f"{name}: down is {down.dtype} {tuple(down.shape)}, expected int4 [E, D={d}, I] "
+                     "(mosaic_layout.down_to_mosaic_layout makes it)")
+  if down_scale.dtype != jnp.bfloat16 or tuple(down_scale.shape) != (e, inter // group_size, d):
+    raise ValueError(f"{name}: down_scale is {down_scale.dtype} {tuple(down_scale.shape)}, expected bf16 "
+                     f"{(e, inter // group_size, d)}")
+  if block_k % 64 or block_k % group_size or inter % block_k:
+    raise ValueError(f"{name}: block_k {block_k} must be a multiple of 64 and of group_size {group_size} dividing "
+                     f"I = {inter}")
+  if stages < 1:
+    raise ValueError(f"{name}: stages {stages} must be >= 1")
+  if d % ROWS:
+    raise ValueError(f"{name}: D {d} must be a multiple of {ROWS}")
+
+
+@functools.partial(jax.jit, static_argnames=("group_size", "block_k", "stages", "wgmma_order", "prewait",
+                                             "trigger_dependents", "interpret"))
+def routed_experts_int4_prewait_down(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
+                                     down, down_scale, expert_offset=0, *, group_size=32, block_k=256, stages=2,
+                                     wgmma_order=False, prewait=True, trigger_dependents=True, interpret=False):
+  """Same result as reference.routed_experts_int4_reference: the Triton gemv's gate/up kernel
+  (pallas_gemv.gate_up_h_matrix), then the Mosaic down kernel above.
+
+  x: bf16 [N, D]; expert_ids: int32 [N, K] global ids; expert_weights: [N, K]; gate/up words and scales as
+  routed_experts_int4_gemv takes them (stored or k-chunked); down, down_scale: mosaic_layout.down_to_mosaic_layout's
+  int4 [E, D, I] and bf16 [E, I/g, D] (with wgmma_order if made so). block_k: input columns per step of the down
+  tile; stages: steps in flight for the local pairs after the first; prewait / trigger_dependents: the first pair's
+  copies before the down kernel's wait, and gate/up's early trigger (both on by default; off, the two kernels run
+  as plain back-to-back launches, for A/B timing). expert_offset may be traced. Returns bf16 [N, D].
+  """
+  check_options(x, expert_ids, down, down_scale, group_size=group_size, block_k=block_k, stages=stages)
+  n = x.shape[0]
+  num_pairs = expert_ids.size
+  tp = pair_rows(num_pairs)
+  h = gate_up_h_matrix(x, expert_ids, gate_packed, gate_scale, up_packed, up_scale, expert_offset, rows=tp,
+                       group_size=group_size, trigger_dependents=trigger_dependents and not interpret,
+                       interpret=interpret)                                        # bf16 [TP, I]
+  offset = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
+  return _down_prewait_kernel(expert_ids.reshape(num_pairs).astype(jnp.int32),
+                              expert_weights.reshape(num_pairs).astype(jnp.float32), offset, h, down, down_scale,
+                              num_tokens=n, block_k=block_k, stages=stages, group_size=group_size,
+                              wgmma_order=wgmma_order, prewait=prewait, interpret=interpret)
+
+
+def lower_for_h200(num_tokens, num_local=48, d=7168, inter=2048, top_k=8, group_size=32, k_chunk=256,
+                   on_mosaic_module=None, **opts):
+  """jax.jit lowering of routed_experts_int4_prewait_down for CUDA at a K2.6 per-GPU shard (gate/up words k-chunked
+  by k_chunk, or stored with None), without a GPU (tests); on_mosaic_module(mlir module) sees the down kernel's
+  Mosaic GPU module (gpu_lowering.lower_for_abstract_gpu)."""
+  sd = jax.ShapeDtypeStruct
+  if k_chunk:
+    words = sd((num_local, d // k_chunk, inter, k_chunk // 8), jnp.int32)
+    scales = sd((num_local, d // k_chunk, inter, k_chunk // group_size), jnp.bfloat16)
+  else:
+    words = sd((num_local, inter, d // 8), jnp.int32)
+    scales = sd((num_local, inter, d // group_size), jnp.bfloat16)
+  args = (sd((num_tokens, d), jnp.bfloat16), sd((num_tokens, top_k), jnp.int32), sd((num_tokens, top_k), jnp.float32),
+          words, scales, words, scales, sd((num_local, d, inter), jnp.int4),
+          sd((num_local, inter // group_size, d), jnp.bfloat16))
+  return lower_for_abstract_gpu(functools.partial(routed_experts_int4_prewait_down, group_size=group_size, **opts),
+                                *args, on_mosaic_module=on_mosaic_module)

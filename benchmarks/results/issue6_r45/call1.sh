@@ -5,7 +5,7 @@
 #    (tests/test_moe_prewait_down.py), and round 44's trigger_dependents bits (tests/test_dependent_launch.py).
 # 2. Busy time at one token, A/B/A in one process after the dispatch (two gemv launches, k-chunked 256): prewait with
 #    the trigger; the same kernels as plain launches (no prewait, no trigger); prewait without the trigger; the gemv
-#    with round 44's trigger; prewait again; the dispatch again.
+#    with round 44's trigger; prewait again; prewait with the down words in wgmma_order (no relayout shuffles).
 nvidia-smi --query-gpu=name --format=csv | tee $OUT/gpu.txt
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/test_moe_prewait_down.py tests/test_dependent_launch.py \
   > $OUT/tests.log 2>&1
@@ -18,6 +18,6 @@ timeout 340 env PYTHONPATH=. OUT=$OUT/moe python3 benchmarks/kernels.py --only m
   {"kernel": "prewait", "k_chunk": 256, "trigger_dependents": false},
   {"kernel": "gemv", "k_chunk": 256, "trigger_dependents": true},
   {"kernel": "prewait", "k_chunk": 256},
-  {"kernel": "default", "k_chunk": 256}]' > $OUT/moe.log 2>&1
+  {"kernel": "prewait", "k_chunk": 256, "wgmma_order": true}]' > $OUT/moe.log 2>&1
 echo "moe rc $?"; grep -E "copy|  moe M=" $OUT/moe.log | cut -c1-400
 rm -f $OUT/moe/kernels_table.md

@@ -64,6 +64,8 @@ CASES = [
     (2, 8, 5, 0, 256, 256, 64, dict(stages=1)),                     # 16 pairs, most local: the pipelined pairs
     (1, 4, 3, 1, 128, 256, 32, dict(block_k=64, wgmma_order=True)),   # registers as stored
     (2, 3, 4, 0, 128, 256, 32, dict(block_k=128, prewait=False)),   # the copies after the wait (A/B baseline)
+    (1, 8, 6, 0, 128, 256, 32, dict(block_k=64, warpgroups=2)),     # two warpgroups, 2 of the 4 K steps each
+    (2, 8, 5, 1, 128, 256, 32, dict(block_k=128, warpgroups=2, stages=1)),   # ... with pipelined pairs
 ]
 
 
@@ -122,6 +124,10 @@ def test_rejects_bad_inputs():
     call(block_k=96)
   with pytest.raises(ValueError, match="stages 0"):
     call(stages=0)
+  with pytest.raises(ValueError, match="warpgroups 2 must be 1 or 2 and divide the 1 K steps"):
+    call(warpgroups=2)
+  with pytest.raises(ValueError, match="warpgroups 3"):
+    call(warpgroups=3, block_k=64)
   with pytest.raises(ValueError, match="group_size 16"):
     call(group_size=16)
   with pytest.raises(ValueError, match="down is int32"):
@@ -145,23 +151,24 @@ def _down_module(tokens, **opts):
 TMA_LOAD = "cp.async.bulk.tensor.shared.cluster.global"
 
 
-@pytest.mark.parametrize("prewait", [True, False])
-def test_lowers_for_h200_with_the_wait_after_the_first_pairs_copies(prewait):
+@pytest.mark.parametrize("prewait,warpgroups,after,smem", [(True, 1, 14, 125984), (False, 1, 30, 125984),
+                                                          (True, 2, 24, 111640)])
+def test_lowers_for_h200_with_the_wait_after_the_first_pairs_copies(prewait, warpgroups, after, smem):
   """K2.6 shard, one token (I 2048 in 8 steps of 256): with prewait, the 16 copies of the first pair's words and
-  scales come before the kernel's one `griddepcontrol.wait`, and h's copies after it; without, every copy follows
-  it. Either way the kernel is a PDL launch (the wait is its own), and the Triton gate/up kernel issues
-  launch_dependents (trigger_dependents, on by default) or, with it off, does not. 123 KB of shared memory a program
-  (64 KB of words, 8 KB of scales, 32 KB of h, two 9-KB pipeline stages): one program an SM beside the gate/up
-  kernel's (none of whose programs leave before the down kernel's are placed)."""
-  hlo, module = _down_module(1, prewait=prewait, trigger_dependents=prewait)
+  scales come before the kernel's one `griddepcontrol.wait`; after it, h's 8 copies and those of the later pairs (one
+  warpgroup: the 6 of their 2-stage pipeline; two: the 16 of a whole tile). Without prewait every copy follows it.
+  Either way the kernel is a PDL launch (the wait is its own), and the Triton gate/up kernel issues launch_dependents
+  (trigger_dependents, on by default) or, with it off, does not. Shared memory a program: 64 KB of words, 8 KB of
+  scales, 32 KB of h, with one warpgroup two 9-KB pipeline stages (123 KB), with two a 2-KB f32 exchange (109 KB):
+  one program an SM beside the gate/up kernel's."""
+  hlo, module = _down_module(1, prewait=prewait, trigger_dependents=prewait, warpgroups=warpgroups)
   wait = module.find("griddepcontrol.wait")
   assert wait > 0 and module.count("griddepcontrol.wait") == 1
-  before, after = module[:wait].count(TMA_LOAD), module[wait:].count(TMA_LOAD)
-  assert (before, after) == ((16, 14) if prewait else (0, 30))     # after: h's 8, the later pairs' pipeline 6
+  assert (module[:wait].count(TMA_LOAD), module[wait:].count(TMA_LOAD)) == ((16, after) if prewait else (0, after))
   assert "mosaic_gpu.uses_pdl" in module
   assert ("griddepcontrol.launch_dependents" in hlo) == prewait
-  smem = re.search(r"dynamic_shared_memory_size %c(\d+)_i32", module)
-  assert smem and int(smem.group(1)) == 125984
+  found = re.search(r"dynamic_shared_memory_size %c(\d+)_i32", module)
+  assert found and int(found.group(1)) == smem
 
 
 @pytest.fixture(scope="module")
@@ -175,8 +182,8 @@ def k26_shard():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU backend (jax.default_backend() == 'gpu')")
-@pytest.mark.parametrize("tokens,local", [(1, 1), (1, 3), (2, 8)])
-def test_gpu_matches_reference_k26_shard_and_the_wait_changes_no_bit(k26_shard, tokens, local):
+@pytest.mark.parametrize("tokens,local,warpgroups", [(1, 1, 1), (1, 3, 1), (2, 8, 1), (1, 1, 2), (1, 3, 2)])
+def test_gpu_matches_reference_k26_shard_and_the_wait_changes_no_bit(k26_shard, tokens, local, warpgroups):
   """The compiled kernels at the K2.6 shard with `local` local pairs a token: within bf16 tolerance of the
   reference, and the same bits with the first pair's copies before or after the wait, with or without the gate/up
   kernel's early trigger (a wrong wait would read h before gate/up wrote it)."""
@@ -184,7 +191,8 @@ def test_gpu_matches_reference_k26_shard_and_the_wait_changes_no_bit(k26_shard, 
   x, _, w = make_tokens(tokens, tokens, 8, 384, 7168)
   j, t = jnp.arange(8), jnp.arange(tokens)[:, None]
   ids = jnp.where(j < local, (t * 5 + j * 7) % 48, 48 + t * 8 + j).astype(jnp.int32)   # distinct in a token
-  out = routed_experts_int4_prewait_down(x, ids, w, *gate_up, *down, 0)
+  out = routed_experts_int4_prewait_down(x, ids, w, *gate_up, *down, 0, warpgroups=warpgroups)
   assert rel_err(out, reference_f32(x, ids, w, stored, 0)) < 1e-2
-  plain = routed_experts_int4_prewait_down(x, ids, w, *gate_up, *down, 0, prewait=False, trigger_dependents=False)
+  plain = routed_experts_int4_prewait_down(x, ids, w, *gate_up, *down, 0, prewait=False, trigger_dependents=False,
+                                           warpgroups=warpgroups)
   np.testing.assert_array_equal(np.asarray(out), np.asarray(plain))

@@ -54,26 +54,35 @@ def pair_rows(num_pairs: int) -> int:
 
 
 def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, stages, group_size,
-                         wgmma_order, prewait, interpret):
+                         wgmma_order, prewait, warpgroups, interpret):
   """out[t, r] = sum over token t's local pairs p of wts[p] * sum_k W[e_p, r, k] * h[p, k].
 
   ids: int32 [P] global expert ids (token-major); wts: f32 [P]; offset: int32 [1]; h: bf16 [TP, I] (rows of remote
   pairs and rows >= P: any bits); w: int4 [E, D, I]; scale: bf16 [E, I/g, D]. Returns bf16 [N, D].
   prewait: copy the first local pair's tile before griddepcontrol.wait (False: after it, as a plain kernel).
+  warpgroups: 1, or 2 that each take half of the K steps of every pair (two dequantisation chains in flight; their
+  [64, TP] sums added through shared memory at the end; the pairs after the first load into the first pair's
+  buffers, after it). Warpgroup 0 issues every copy and writes the output.
   """
   num_pairs = ids.shape[0]
   top_k = num_pairs // num_tokens
   tp = h.shape[0]
   num_local, d, inter = w.shape
   steps = inter // block_k
+  half = steps // warpgroups                 # K steps a warpgroup
   groups = block_k // group_size
   wgmma = plgpu.Layout.WGMMA
 
-  def body(ids_ref, wts_ref, off_ref, h_ref, w_ref, s_ref, out_ref, first_w, first_s, act, out_smem, first_bar,
-           act_bar, a_smem):
-    # first_w int4 [steps, ROWS, BK], first_s bf16 [steps, BK/g, ROWS]: the first local pair's tile;
-    # act bf16 [steps, TP, BK]: h; out_smem [N, ROWS]; a_smem: interpret mode's A operand (None on a GPU).
+  def body(ids_ref, wts_ref, off_ref, h_ref, w_ref, s_ref, out_ref, tile_w, tile_s, act, out_smem, part_smem,
+           tile_bar, act_bar, sync_bar, a_smem):
+    # tile_w int4 [steps, ROWS, BK], tile_s bf16 [steps, BK/g, ROWS]: the first local pair's tile (with 2
+    # warpgroups, then each later pair's in turn);
+    # act bf16 [steps, TP, BK]: h; out_smem [N, ROWS]; part_smem f32 [ROWS, TP]: warpgroup 1's sums (2 warpgroups);
+    # a_smem: interpret mode's A operand, one per warpgroup (None on a GPU).
     rows = pl.ds(lax.axis_index("tile") * ROWS, ROWS)
+    wg = lax.axis_index("wg") if warpgroups > 1 else 0
+    lead = wg == 0 if warpgroups > 1 else True                     # issues the copies, writes the output
+    k0 = wg * half                                                 # this warpgroup's first K step
     base = off_ref[0]
     experts = [ids_ref[p] - base for p in range(num_pairs)]                       # local ids (any value if remote)
     is_local = [(e >= 0) & (e < num_local) for e in experts]
@@ -88,17 +97,20 @@ def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, 
 
     first_pair, first_expert = nth_local(0)
 
-    def copy_first():
+    def copy_tile(expert):
+      """The [ROWS, I] words and [I/g, ROWS] scales of `expert` -> tile_w, tile_s (2 x steps arrivals, tile_bar)."""
       for j in range(steps):
-        plgpu.copy_gmem_to_smem(w_ref.at[first_expert, rows, pl.ds(j * block_k, block_k)], first_w.at[j], first_bar)
-        plgpu.copy_gmem_to_smem(s_ref.at[first_expert, pl.ds(j * groups, groups), rows], first_s.at[j], first_bar)
+        plgpu.copy_gmem_to_smem(w_ref.at[expert, rows, pl.ds(j * block_k, block_k)], tile_w.at[j], tile_bar)
+        plgpu.copy_gmem_to_smem(s_ref.at[expert, pl.ds(j * groups, groups), rows], tile_s.at[j], tile_bar)
+
+    copy_first = functools.partial(copy_tile, first_expert)
 
     if prewait:
-      pl.when(count > 0)(copy_first)
+      pl.when((count > 0) & lead)(copy_first)
     if not interpret:
       plgpu.griddepcontrol_wait()         # h (written by the kernel before this one) is read only after it
     if not prewait:
-      pl.when(count > 0)(copy_first)
+      pl.when((count > 0) & lead)(copy_first)
 
     step = functools.partial(dequant_wgmma_step, group_size=group_size, wgmma_order=wgmma_order,
                              interpret=interpret, a_smem=a_smem)
@@ -107,70 +119,106 @@ def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, 
     def add_pair(total, pair, product):
       return total + jnp.where(col == pair, product * wts_ref[pair], 0.0)
 
+    def write_out(sums):
+      """sums: [N] f32 [ROWS] vectors (WGMMA rows) -> out[:, rows]."""
+      for t, v in enumerate(sums):
+        out_smem[t] = v.astype(out_smem.dtype)
+      plgpu.commit_smem()
+      plgpu.copy_smem_to_gmem(out_smem, out_ref.at[:, rows])
+      plgpu.wait_smem_to_gmem(0)
+
     @pl.when(count > 0)
     def _():
-      for j in range(steps):
-        plgpu.copy_gmem_to_smem(h_ref.at[:, pl.ds(j * block_k, block_k)], act.at[j], act_bar)
+      @pl.when(lead)
+      def _():
+        for j in range(steps):
+          plgpu.copy_gmem_to_smem(h_ref.at[:, pl.ds(j * block_k, block_k)], act.at[j], act_bar)
       plgpu.barrier_wait(act_bar)
 
-      def first_product(acc):
-        plgpu.barrier_wait(first_bar)
-        for j in range(steps):
-          step(acc, first_w.at[j], first_s.at[j], act.at[j])
+      def resident_product(acc):
+        plgpu.barrier_wait(tile_bar)
+        for j in range(half):
+          step(acc, tile_w.at[k0 + j], tile_s.at[k0 + j], act.at[k0 + j])
         return acc[...]
 
       zeros = plgpu.layout_cast(jnp.zeros((ROWS, tp), jnp.float32), wgmma)
-      total = add_pair(zeros, first_pair, pl.run_scoped(first_product, plgpu.ACC((ROWS, tp), jnp.float32)))
+      total = add_pair(zeros, first_pair, pl.run_scoped(resident_product, plgpu.ACC((ROWS, tp), jnp.float32)))
+
+      def sync():
+        plgpu.barrier_arrive(sync_bar)
+        plgpu.barrier_wait(sync_bar)
 
       def next_pair(n, total):
         pair, expert = nth_local(n)
 
         def product(acc):
+          if warpgroups > 1:
+            # Shared memory is allocated for both warpgroups at once, so emit_pipeline (which allocates its
+            # buffers itself) cannot run per warpgroup: the pair's whole tile replaces the previous one instead,
+            # once both warpgroups are done reading it (loads and arithmetic not overlapped: a second local pair at
+            # one token is the rarer case).
+            sync()
+            pl.when(lead)(functools.partial(copy_tile, expert))
+            return resident_product(acc)
           plgpu.emit_pipeline(
-              lambda idx, w_tile, s_tile: step(acc, w_tile, s_tile, act.at[idx[0]]), grid=(steps,),
+              lambda idx, w_tile, s_tile: step(acc, w_tile, s_tile, act.at[k0 + idx[0]]), grid=(half,),
               in_specs=[plgpu.BlockSpec((ROWS, block_k), lambda j: (0, j)),
                         plgpu.BlockSpec((groups, ROWS), lambda j: (j, 0))],
-              max_concurrent_steps=min(stages, steps),
-          )(w_ref.at[expert, rows], s_ref.at[expert, :, rows])
+              max_concurrent_steps=min(stages, half),
+          )(w_ref.at[expert, rows, pl.ds(k0 * block_k, half * block_k)],
+            s_ref.at[expert, pl.ds(k0 * groups, half * groups), rows])
           return acc[...]
 
         return add_pair(total, pair, pl.run_scoped(product, plgpu.ACC((ROWS, tp), jnp.float32)))
 
       total = lax.fori_loop(1, count, next_pair, total)
-      for t in range(num_tokens):
-        mine = (col >= t * top_k) & (col < (t + 1) * top_k)
-        out_smem[t] = jnp.sum(jnp.where(mine, total, 0.0), axis=1).astype(out_smem.dtype)
-      plgpu.commit_smem()
-      plgpu.copy_smem_to_gmem(out_smem, out_ref.at[:, rows])
-      plgpu.wait_smem_to_gmem(0)
+      if warpgroups > 1:
+        @pl.when(wg == 1)
+        def _():
+          part_smem[...] = total
+        sync()
+        total = total + plgpu.load(part_smem, (), layout=wgmma)     # used by warpgroup 0 only
 
-    @pl.when(count == 0)
+      @pl.when(lead)
+      def _():
+        write_out([jnp.sum(jnp.where((col >= t * top_k) & (col < (t + 1) * top_k), total, 0.0), axis=1)
+                   for t in range(num_tokens)])
+
+    @pl.when((count == 0) & lead)
     def _():
-      for t in range(num_tokens):
-        out_smem[t] = plgpu.layout_cast(jnp.zeros((ROWS,), jnp.float32), wgmma.reduce(1)).astype(out_smem.dtype)
-      plgpu.commit_smem()
-      plgpu.copy_smem_to_gmem(out_smem, out_ref.at[:, rows])
-      plgpu.wait_smem_to_gmem(0)
+      write_out([plgpu.layout_cast(jnp.zeros((ROWS,), jnp.float32), wgmma.reduce(1))] * num_tokens)
 
   def entry(*refs):
-    scratch = [plgpu.SMEM((steps, ROWS, block_k), jnp.int4),
-               plgpu.SMEM((steps, groups, ROWS), jnp.bfloat16),
-               plgpu.SMEM((steps, tp, block_k), jnp.bfloat16, transforms=_ACT_TILES),
-               plgpu.SMEM((num_tokens, ROWS), jnp.bfloat16),
-               plgpu.Barrier(num_arrivals=2 * steps),       # the first pair's words and scales, every step
-               plgpu.Barrier(num_arrivals=steps)]           # h, every step
-    if interpret:                                          # its A operand (registers on a GPU)
-      scratch.append(plgpu.SMEM((ROWS, block_k), jnp.bfloat16, transforms=_ACT_TILES))
-    pl.run_scoped(lambda *scr: body(*refs, *scr, *([] if interpret else [None])), *scratch)
+    two = warpgroups > 1
+    shared = [plgpu.SMEM((steps, ROWS, block_k), jnp.int4),
+              plgpu.SMEM((steps, groups, ROWS), jnp.bfloat16),
+              plgpu.SMEM((steps, tp, block_k), jnp.bfloat16, transforms=_ACT_TILES),
+              plgpu.SMEM((num_tokens, ROWS), jnp.bfloat16),
+              *([plgpu.SMEM((ROWS, tp), jnp.float32)] if two else []),
+              plgpu.Barrier(num_arrivals=2 * steps),       # tile_w and tile_s, every step
+              plgpu.Barrier(num_arrivals=steps),           # h, every step
+              *([plgpu.Barrier(num_arrivals=2)] if two else [])]   # both warpgroups' sums done
+
+    if interpret:          # the A operand, one a warpgroup (registers on a GPU)
+      shared.append(plgpu.SMEM((warpgroups, ROWS, block_k), jnp.bfloat16, transforms=_ACT_TILES))
+
+    def with_shared(*scr):
+      tile_w, tile_s, act, out_smem, *scr = scr
+      a_smem = scr.pop().at[lax.axis_index("wg") if two else 0] if interpret else None
+      part_smem, tile_bar, act_bar, sync_bar = scr if two else (None, *scr, None)
+      body(*refs, tile_w, tile_s, act, out_smem, part_smem, tile_bar, act_bar, sync_bar, a_smem)
+
+    pl.run_scoped(with_shared, *shared, collective_axes="wg" if two else ())
 
   kernel = plgpu.kernel(
       entry, out_type=jax.ShapeDtypeStruct((num_tokens, d), jnp.bfloat16),
       grid=(d // ROWS,), grid_names=("tile",),
+      **(dict(num_threads=2, thread_name="wg") if warpgroups > 1 else {}),
       interpret=plgpu.InterpretGPUParams(detect_races=True) if interpret else None)
   return kernel(ids, wts, offset, h, w, scale)
 
 
-def check_options(x, expert_ids, down, down_scale, *, group_size, block_k, stages):
+def check_options(x, expert_ids, down, down_scale, *, group_size, block_k, stages, warpgroups):
   """Raise ValueError naming the argument when the shapes or options do not fit the down kernel."""
   name = "routed_experts_int4_prewait_down"
   n, d = x.shape
@@ -193,15 +241,18 @@ def check_options(x, expert_ids, down, down_scale, *, group_size, block_k, stage
                      f"I = {inter}")
   if stages < 1:
     raise ValueError(f"{name}: stages {stages} must be >= 1")
+  if warpgroups not in (1, 2) or (inter // block_k) % warpgroups:
+    raise ValueError(f"{name}: warpgroups {warpgroups} must be 1 or 2 and divide the {inter // block_k} K steps")
   if d % ROWS:
     raise ValueError(f"{name}: D {d} must be a multiple of {ROWS}")
 
 
 @functools.partial(jax.jit, static_argnames=("group_size", "block_k", "stages", "wgmma_order", "prewait",
-                                             "trigger_dependents", "interpret"))
+                                             "trigger_dependents", "warpgroups", "interpret"))
 def routed_experts_int4_prewait_down(x, expert_ids, expert_weights, gate_packed, gate_scale, up_packed, up_scale,
                                      down, down_scale, expert_offset=0, *, group_size=32, block_k=256, stages=2,
-                                     wgmma_order=False, prewait=True, trigger_dependents=True, interpret=False):
+                                     wgmma_order=False, prewait=True, trigger_dependents=True, warpgroups=1,
+                                     interpret=False):
   """Same result as reference.routed_experts_int4_reference: the Triton gemv's gate/up kernel
   (pallas_gemv.gate_up_h_matrix), then the Mosaic down kernel above.
 
@@ -210,9 +261,11 @@ def routed_experts_int4_prewait_down(x, expert_ids, expert_weights, gate_packed,
   int4 [E, D, I] and bf16 [E, I/g, D] (with wgmma_order if made so). block_k: input columns per step of the down
   tile; stages: steps in flight for the local pairs after the first; prewait / trigger_dependents: the first pair's
   copies before the down kernel's wait, and gate/up's early trigger (both on by default; off, the two kernels run
-  as plain back-to-back launches, for A/B timing). expert_offset may be traced. Returns bf16 [N, D].
+  as plain back-to-back launches, for A/B timing); warpgroups: 1, or 2 splitting every pair's K steps in two
+  (_down_prewait_kernel). expert_offset may be traced. Returns bf16 [N, D].
   """
-  check_options(x, expert_ids, down, down_scale, group_size=group_size, block_k=block_k, stages=stages)
+  check_options(x, expert_ids, down, down_scale, group_size=group_size, block_k=block_k, stages=stages,
+                warpgroups=warpgroups)
   n = x.shape[0]
   num_pairs = expert_ids.size
   tp = pair_rows(num_pairs)
@@ -223,7 +276,8 @@ def routed_experts_int4_prewait_down(x, expert_ids, expert_weights, gate_packed,
   return _down_prewait_kernel(expert_ids.reshape(num_pairs).astype(jnp.int32),
                               expert_weights.reshape(num_pairs).astype(jnp.float32), offset, h, down, down_scale,
                               num_tokens=n, block_k=block_k, stages=stages, group_size=group_size,
-                              wgmma_order=wgmma_order, prewait=prewait, interpret=interpret)
+                              wgmma_order=wgmma_order, prewait=prewait, warpgroups=warpgroups,
+                              interpret=interpret)
 
 
 def lower_for_h200(num_tokens, num_local=48, d=7168, inter=2048, top_k=8, group_size=32, k_chunk=256,

@@ -4,18 +4,19 @@
 # 1. The marked GPU tests: the prewait kernels against the reference and bit for bit against their plain launches
 #    (tests/test_moe_prewait_down.py), and round 44's trigger_dependents bits (tests/test_dependent_launch.py).
 # 2. Busy time at one token, A/B/A in one process after the dispatch (two gemv launches, k-chunked 256): prewait with
-#    the trigger; the same kernels as plain launches (no prewait, no trigger); prewait without the trigger; the gemv
-#    with round 44's trigger; prewait again; prewait with the down words in wgmma_order (no relayout shuffles).
+#    the trigger; the same kernels as plain launches (no prewait, no trigger); prewait with two warpgroups (each half
+#    of the K steps); the gemv with round 44's trigger; prewait again; prewait with the down words in wgmma_order (no
+#    relayout shuffles).
 nvidia-smi --query-gpu=name --format=csv | tee $OUT/gpu.txt
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rs tests/test_moe_prewait_down.py tests/test_dependent_launch.py \
+timeout 150 python3 -m pytest -q -p no:cacheprovider -rs tests/test_moe_prewait_down.py tests/test_dependent_launch.py \
   > $OUT/tests.log 2>&1
 echo "tests rc $?"; tail -6 $OUT/tests.log
 mkdir -p $OUT/moe
-timeout 340 env PYTHONPATH=. OUT=$OUT/moe python3 benchmarks/kernels.py --only moe --no-baselines --device-span 12 \
-  --moe-rows 1 --budget 325 --moe-configs '[{"kernel": "default", "k_chunk": 256},
+timeout 385 env PYTHONPATH=. OUT=$OUT/moe python3 benchmarks/kernels.py --only moe --no-baselines --device-span 12 \
+  --moe-rows 1 --budget 370 --moe-configs '[{"kernel": "default", "k_chunk": 256},
   {"kernel": "prewait", "k_chunk": 256},
   {"kernel": "prewait", "k_chunk": 256, "prewait": false, "trigger_dependents": false},
-  {"kernel": "prewait", "k_chunk": 256, "trigger_dependents": false},
+  {"kernel": "prewait", "k_chunk": 256, "warpgroups": 2},
   {"kernel": "gemv", "k_chunk": 256, "trigger_dependents": true},
   {"kernel": "prewait", "k_chunk": 256},
   {"kernel": "prewait", "k_chunk": 256, "wgmma_order": true}]' > $OUT/moe.log 2>&1

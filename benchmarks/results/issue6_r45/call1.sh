@@ -7,18 +7,28 @@
 #    the trigger; the same kernels as plain launches (no prewait, no trigger); prewait with two warpgroups (each half
 #    of the K steps); the gemv with round 44's trigger; prewait again; prewait with the down words in wgmma_order (no
 #    relayout shuffles).
+#    `bash call1.sh small` (about 420 s of device time): the prewait tests only, and the A/B/A without the two
+#    warpgroups, the gemv's trigger and wgmma_order.
 nvidia-smi --query-gpu=name --format=csv | tee $OUT/gpu.txt
-timeout 150 python3 -m pytest -q -p no:cacheprovider -rs tests/test_moe_prewait_down.py tests/test_dependent_launch.py \
-  > $OUT/tests.log 2>&1
-echo "tests rc $?"; tail -6 $OUT/tests.log
-mkdir -p $OUT/moe
-timeout 385 env PYTHONPATH=. OUT=$OUT/moe python3 benchmarks/kernels.py --only moe --no-baselines --device-span 12 \
-  --moe-rows 1 --budget 370 --moe-configs '[{"kernel": "default", "k_chunk": 256},
+if [ "$1" = small ]; then
+  tests="tests/test_moe_prewait_down.py"; test_s=120; budget=220
+  configs='[{"kernel": "default", "k_chunk": 256}, {"kernel": "prewait", "k_chunk": 256},
+  {"kernel": "prewait", "k_chunk": 256, "prewait": false, "trigger_dependents": false},
+  {"kernel": "prewait", "k_chunk": 256}]'
+else
+  tests="tests/test_moe_prewait_down.py tests/test_dependent_launch.py"; test_s=150; budget=370
+  configs='[{"kernel": "default", "k_chunk": 256},
   {"kernel": "prewait", "k_chunk": 256},
   {"kernel": "prewait", "k_chunk": 256, "prewait": false, "trigger_dependents": false},
   {"kernel": "prewait", "k_chunk": 256, "warpgroups": 2},
   {"kernel": "gemv", "k_chunk": 256, "trigger_dependents": true},
   {"kernel": "prewait", "k_chunk": 256},
-  {"kernel": "prewait", "k_chunk": 256, "wgmma_order": true}]' > $OUT/moe.log 2>&1
+  {"kernel": "prewait", "k_chunk": 256, "wgmma_order": true}]'
+fi
+timeout $test_s python3 -m pytest -q -p no:cacheprovider -rs $tests > $OUT/tests.log 2>&1
+echo "tests rc $?"; tail -6 $OUT/tests.log
+mkdir -p $OUT/moe
+timeout $((budget + 15)) env PYTHONPATH=. OUT=$OUT/moe python3 benchmarks/kernels.py --only moe --no-baselines \
+  --device-span 12 --moe-rows 1 --budget $budget --moe-configs "$configs" > $OUT/moe.log 2>&1
 echo "moe rc $?"; grep -E "copy|  moe M=" $OUT/moe.log | cut -c1-400
 rm -f $OUT/moe/kernels_table.md

@@ -42,7 +42,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from custom_calls.gpu_lowering import lower_for_abstract_gpu
-from custom_calls.moe_int4.mosaic_experts import _ACT_TILES, GROUP_SIZES, ROWS, dequant_wgmma_step
+from custom_calls.moe_int4.mosaic_experts import ACT_TILES, GROUP_SIZES, ROWS, dequant_wgmma_step
 from custom_calls.moe_int4.pallas_gemv import gate_up_h_matrix
 
 MAX_PAIRS = 64                 # P = N * top_k: the wgmma N side (TP) and the [64, TP] f32 sum stay small
@@ -86,8 +86,10 @@ def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, 
     base = off_ref[0]
     experts = [ids_ref[p] - base for p in range(num_pairs)]                       # local ids (any value if remote)
     is_local = [(e >= 0) & (e < num_local) for e in experts]
-    count = sum(ok.astype(jnp.int32) for ok in is_local)
-    rank = [sum(ok.astype(jnp.int32) for ok in is_local[:p]) for p in range(num_pairs)]   # local pairs before p
+    rank = [jnp.int32(0)]                                                         # local pairs before pair p
+    for ok in is_local:
+      rank.append(rank[-1] + ok.astype(jnp.int32))
+    count = rank.pop()
 
     def nth_local(n):
       """(pair, local expert) of the local pair of rank n (< count)."""
@@ -192,7 +194,7 @@ def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, 
     two = warpgroups > 1
     shared = [plgpu.SMEM((steps, ROWS, block_k), jnp.int4),
               plgpu.SMEM((steps, groups, ROWS), jnp.bfloat16),
-              plgpu.SMEM((steps, tp, block_k), jnp.bfloat16, transforms=_ACT_TILES),
+              plgpu.SMEM((steps, tp, block_k), jnp.bfloat16, transforms=ACT_TILES),
               plgpu.SMEM((num_tokens, ROWS), jnp.bfloat16),
               *([plgpu.SMEM((ROWS, tp), jnp.float32)] if two else []),
               plgpu.Barrier(num_arrivals=2 * steps),       # tile_w and tile_s, every step
@@ -200,7 +202,7 @@ def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, 
               *([plgpu.Barrier(num_arrivals=2)] if two else [])]   # both warpgroups' sums done
 
     if interpret:          # the A operand, one a warpgroup (registers on a GPU)
-      shared.append(plgpu.SMEM((warpgroups, ROWS, block_k), jnp.bfloat16, transforms=_ACT_TILES))
+      shared.append(plgpu.SMEM((warpgroups, ROWS, block_k), jnp.bfloat16, transforms=ACT_TILES))
 
     def with_shared(*scr):
       tile_w, tile_s, act, out_smem, *scr = scr

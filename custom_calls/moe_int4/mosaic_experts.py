@@ -51,7 +51,7 @@ from custom_calls.moe_int4.mosaic_layout import MosaicExperts, gate_up_halves
 MAX_TOKENS = 16               # tokens are the wgmma N side: 8 or 16
 ROWS = 64                     # output rows per program: one warpgroup's wgmma M
 GROUP_SIZES = (32, 64, 128)   # a group of scales spans whole 32-column tiles of the 4-bit register layout
-_ACT_TILES = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))   # bf16 [TP, BK] wgmma B tiles
+ACT_TILES = (plgpu.TilingTransform((8, 64)), plgpu.SwizzleTransform(128))   # bf16 [TP, BK] wgmma B tiles
 
 
 def token_pad(num_tokens):
@@ -113,8 +113,8 @@ def dequant_wgmma_step(acc, w_tile, scale_tile, act_tile, *, group_size, wgmma_o
   """acc [ROWS, TP] f32 += (w_tile dequantised) @ act_tile^T on the tensor cores, then waits for the wgmma.
 
   w_tile: int4 [ROWS, BK] in shared memory (mosaic_layout.py; in `wgmma_order` if stored so); scale_tile: bf16
-  [BK/g, ROWS]; act_tile: bf16 [TP, BK] (wgmma B tiles, _ACT_TILES); a_smem: interpret mode's A operand (bf16
-  [ROWS, BK], _ACT_TILES), None on a GPU. Weights are q * scale rounded to bf16, as the reference rounds them."""
+  [BK/g, ROWS]; act_tile: bf16 [TP, BK] (wgmma B tiles, ACT_TILES); a_smem: interpret mode's A operand (bf16
+  [ROWS, BK], ACT_TILES), None on a GPU. Weights are q * scale rounded to bf16, as the reference rounds them."""
   groups = w_tile.shape[1] // group_size
   q = plgpu.load(w_tile, (), layout=plgpu.Layout.WGMMA_UPCAST_4X)
   if not wgmma_order:
@@ -178,7 +178,7 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, bl
             lambda _, *tiles: step(acc, *tiles), grid=(k_split // block_k,),
             in_specs=[plgpu.BlockSpec((ROWS, block_k), lambda j: (0, j)),
                       plgpu.BlockSpec((groups, ROWS), lambda j: (j, 0)),
-                      plgpu.BlockSpec((tp, block_k), lambda j: (0, j), transforms=_ACT_TILES)],
+                      plgpu.BlockSpec((tp, block_k), lambda j: (0, j), transforms=ACT_TILES)],
             max_concurrent_steps=stages,
         )(w_ref.at[e, rows, cols], scale_ref.at[e, scale_rows, rows],
           act_ref.at[slot, :, cols] if per_slot_act else act_ref.at[:, cols])
@@ -196,7 +196,7 @@ def _expert_matvec(used, slot_expert, act, w, scale, *, k_splits, slot_lanes, bl
 
   def entry(*refs):
     # interpret mode's A operand (the GPU keeps it in registers, so the 32 KB are not allocated there)
-    a_tile = plgpu.SMEM((ROWS, block_k), jnp.bfloat16, transforms=_ACT_TILES) if interpret else None
+    a_tile = plgpu.SMEM((ROWS, block_k), jnp.bfloat16, transforms=ACT_TILES) if interpret else None
     pl.run_scoped(lambda out_smem, a_smem=None: body(*refs, a_smem, out_smem),
                   plgpu.SMEM((ROWS, tp), jnp.float32), *([a_tile] if interpret else []))
 

@@ -5,10 +5,11 @@
 #    (tests/test_moe_prewait_down.py), and round 44's trigger_dependents bits (tests/test_dependent_launch.py).
 # 2. Busy time at one token, A/B/A in one process after the dispatch (two gemv launches, k-chunked 256): prewait with
 #    the trigger; the same kernels as plain launches (no prewait, no trigger); prewait with two warpgroups (each half
-#    of the K steps); the gemv with round 44's trigger; prewait again; prewait with the down words in wgmma_order (no
-#    relayout shuffles).
+#    of the K steps); the gemv with round 44's trigger; prewait again; then mosaic_experts.py (wgmma_order), whose
+#    kernel list gives the time of a Mosaic tensor-core gate/up kernel at one token (is a Mosaic gate/up worth
+#    building, which would need no planes kernel?).
 #    `bash call1.sh small` (about 420 s of device time): the prewait tests only, and the A/B/A without the two
-#    warpgroups, the gemv's trigger and wgmma_order.
+#    warpgroups, the gemv's trigger and mosaic_experts.
 nvidia-smi --query-gpu=name --format=csv | tee $OUT/gpu.txt
 if [ "$1" = small ]; then
   tests="tests/test_moe_prewait_down.py"; test_s=120; budget=220
@@ -23,7 +24,7 @@ else
   {"kernel": "prewait", "k_chunk": 256, "warpgroups": 2},
   {"kernel": "gemv", "k_chunk": 256, "trigger_dependents": true},
   {"kernel": "prewait", "k_chunk": 256},
-  {"kernel": "prewait", "k_chunk": 256, "wgmma_order": true}]'
+  {"kernel": "mosaic", "wgmma_order": true}]'
 fi
 timeout $test_s python3 -m pytest -q -p no:cacheprovider -rs $tests > $OUT/tests.log 2>&1
 echo "tests rc $?"; tail -6 $OUT/tests.log

@@ -179,7 +179,7 @@ def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, 
         def _():
           part_smem[...] = total
         sync()
-        total = total + plgpu.load(part_smem, (), layout=wgmma)     # used by warpgroup 0 only
+        total = total + plgpu.load(part_smem, layout=wgmma)     # used by warpgroup 0 only
 
       @pl.when(lead)
       def _():

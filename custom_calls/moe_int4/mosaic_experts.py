@@ -116,7 +116,7 @@ def dequant_wgmma_step(acc, w_tile, scale_tile, act_tile, *, group_size, wgmma_o
   [BK/g, ROWS]; act_tile: bf16 [TP, BK] (wgmma B tiles, ACT_TILES); a_smem: interpret mode's A operand (bf16
   [ROWS, BK], ACT_TILES), None on a GPU. Weights are q * scale rounded to bf16, as the reference rounds them."""
   groups = w_tile.shape[1] // group_size
-  q = plgpu.load(w_tile, (), layout=plgpu.Layout.WGMMA_UPCAST_4X)
+  q = plgpu.load(w_tile, layout=plgpu.Layout.WGMMA_UPCAST_4X)
   if not wgmma_order:
     q = plgpu.layout_cast(q, plgpu.Layout.WGMMA)          # Mosaic moves the nibbles (shuffles, byte permutes)
   elif not interpret:
@@ -126,7 +126,7 @@ def dequant_wgmma_step(acc, w_tile, scale_tile, act_tile, *, group_size, wgmma_o
     a = _from_wgmma_column_order(a)
   row_vector = plgpu.Layout.WGMMA.reduce(1)
   s = jnp.concatenate(
-      [lax.broadcast_in_dim(plgpu.load(scale_tile.at[g], (), layout=row_vector), (ROWS, group_size), [0])
+      [lax.broadcast_in_dim(plgpu.load(scale_tile.at[g], layout=row_vector), (ROWS, group_size), [0])
        for g in range(groups)], axis=1)                                              # [ROWS, BK]
   a = a * s
   if interpret:

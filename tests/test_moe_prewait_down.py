@@ -80,11 +80,12 @@ def test_matches_reference(t, k, e, offset, d, inter, group_size, opts):
 
 def test_token_without_local_expert_is_zero_and_offset_traced():
   """Token 0 routes only to remote experts (its row is exact zeros); token 1 lists local expert 1 twice (its two
-  weights add up, as in the reference); the offset is traced."""
+  weights add up, as in the reference); the offset is traced; the routing weights are bf16."""
   e, d, inter, offset = 4, 128, 256, 4
   stored = make_experts(3, e, d, inter)
   ids = jnp.asarray([[0, 11, 2], [5, 9, 5]], jnp.int32)
   x, _, w = make_tokens(4, 2, 3, 12, d)
+  w = w.astype(jnp.bfloat16)                          # routing weights in bf16: converted in the kernel
   down = down_to_mosaic_layout(*stored[4:])
   f = jax.jit(lambda off: routed_experts_int4_prewait_down(x, ids, w, *stored[:4], *down, off, block_k=128,
                                                            interpret=True))
@@ -169,6 +170,24 @@ def test_lowers_for_h200_with_the_wait_after_the_first_pairs_copies(prewait, war
   assert ("griddepcontrol.launch_dependents" in hlo) == prewait
   found = re.search(r"dynamic_shared_memory_size %c(\d+)_i32", module)
   assert found and int(found.group(1)) == smem
+
+
+def test_down_kernel_takes_only_gate_up_outputs_and_reshaped_arguments():
+  """Nothing of XLA's may run between the two kernels (it would end the dependent launch: XLA's kernels trigger
+  their dependents only when they exit). So every operand of the Mosaic down call is a jit argument, a reshape of one
+  (a bitcast, no kernel), or a result of the gate/up call (h, and the planes array whose offset word it reads)."""
+  hlo = lower_for_h200(1).as_text()
+  body = hlo[hlo.index("func.func private @routed_experts_int4_prewait_down"):]
+  body = body[:body.index("\n  }")]
+  operands = re.search(r"stablehlo.custom_call @mosaic_gpu_v2\(([^)]*)\)", body).group(1).split(", ")
+  gate_up = re.search(r"(%\d+):\d+ = call @gate_up_h_matrix", body).group(1)
+  for operand in operands:
+    name = operand.split("#")[0]
+    if name == gate_up or name.startswith("%arg"):
+      continue
+    defined = re.search(rf"{re.escape(name)} = stablehlo.reshape %arg\d+ :", body)
+    assert defined, f"down kernel operand {operand} is made by an XLA op between the kernels"
+  assert sum(o.startswith(gate_up + "#") for o in operands) == 2
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,10 @@ How, per program (one 64-row tile of the D outputs, grid D / 64; K2.6: 112 progr
 - Output row tile of token t = the sum of its top_k columns, written once in x's dtype (no zero-fill, no atomics);
   a program without local pairs writes zeros.
 
+Nothing of XLA's may run between the two kernels: XLA's kernels let their dependents start only when they exit. So
+the down kernel takes only the jit's arguments (reshaped: bitcasts), h, and the gate/up kernel's planes-and-constants
+array, whose offset word it reads; it converts the routing weights itself.
+
 The down words are in the Mosaic layout (mosaic_layout.down_to_mosaic_layout: signed int4 [E, D, I], scales
 [E, I/g, D]), not the Triton kernels' k-chunked one; the gate/up kernel is the Triton gemv's
 (pallas_gemv.gate_up_h_matrix). Numerics: as mosaic_experts.py (weights q * scale rounded to bf16, fp32 tensor-core
@@ -44,6 +48,7 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 from custom_calls.gpu_lowering import lower_for_abstract_gpu
 from custom_calls.moe_int4.mosaic_experts import ACT_TILES, GROUP_SIZES, ROWS, dequant_wgmma_step
 from custom_calls.moe_int4.pallas_gemv import gate_up_h_matrix
+from custom_calls.moe_int4.planes_consts import OFFSET_WORD, const_word
 
 MAX_PAIRS = 64                 # P = N * top_k: the wgmma N side (TP) and the [64, TP] f32 sum stay small
 
@@ -53,12 +58,15 @@ def pair_rows(num_pairs: int) -> int:
   return -(-num_pairs // 8) * 8
 
 
-def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, stages, group_size,
+def _down_prewait_kernel(ids, wts, xc, h, w, scale, *, num_tokens, block_k, stages, group_size,
                          wgmma_order, prewait, warpgroups, interpret):
   """out[t, r] = sum over token t's local pairs p of wts[p] * sum_k W[e_p, r, k] * h[p, k].
 
-  ids: int32 [P] global expert ids (token-major); wts: f32 [P]; offset: int32 [1]; h: bf16 [TP, I] (rows of remote
-  pairs and rows >= P: any bits); w: int4 [E, D, I]; scale: bf16 [E, I/g, D]. Returns bf16 [N, D].
+  ids: int32 [P] global expert ids (token-major); wts: [P] routing weights (any float dtype; products in f32);
+  xc: int32 [N + R, D], the gate/up kernel's planes_consts.py array (its OFFSET_WORD is the expert offset); h: bf16
+  [TP, I] (rows of remote pairs and rows >= P: any bits); w: int4 [E, D, I]; scale: bf16 [E, I/g, D]. Returns bf16
+  [N, D]. Every input is one the gate/up kernel also takes or makes, so that no XLA kernel (an offset's reshape, a
+  weights' convert) falls between the two and ends the dependent launch.
   prewait: copy the first local pair's tile before griddepcontrol.wait (False: after it, as a plain kernel).
   warpgroups: 1, or 2 that each take half of the K steps of every pair (two dequantisation chains in flight; their
   [64, TP] sums added through shared memory at the end; the pairs after the first load into the first pair's
@@ -73,7 +81,7 @@ def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, 
   groups = block_k // group_size
   wgmma = plgpu.Layout.WGMMA
 
-  def body(ids_ref, wts_ref, off_ref, h_ref, w_ref, s_ref, out_ref, tile_w, tile_s, act, out_smem, part_smem,
+  def body(ids_ref, wts_ref, xc_ref, h_ref, w_ref, s_ref, out_ref, tile_w, tile_s, act, out_smem, part_smem,
            tile_bar, act_bar, sync_bar, a_smem):
     # tile_w int4 [steps, ROWS, BK], tile_s bf16 [steps, BK/g, ROWS]: the first local pair's tile (with 2
     # warpgroups, then each later pair's in turn);
@@ -83,7 +91,7 @@ def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, 
     wg = lax.axis_index("wg") if warpgroups > 1 else 0
     lead = wg == 0 if warpgroups > 1 else True                     # issues the copies, writes the output
     k0 = wg * half                                                 # this warpgroup's first K step
-    base = off_ref[0]
+    base = const_word(xc_ref, num_tokens, OFFSET_WORD)
     experts = [ids_ref[p] - base for p in range(num_pairs)]                       # local ids (any value if remote)
     is_local = [(e >= 0) & (e < num_local) for e in experts]
     rank = [jnp.int32(0)]                                                         # local pairs before pair p
@@ -119,7 +127,7 @@ def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, 
     col = plgpu.broadcasted_iota(jnp.int32, (ROWS, tp), 1, layout=wgmma)
 
     def add_pair(total, pair, product):
-      return total + jnp.where(col == pair, product * wts_ref[pair], 0.0)
+      return total + jnp.where(col == pair, product * wts_ref[pair].astype(jnp.float32), 0.0)
 
     def write_out(sums):
       """sums: [N] f32 [ROWS] vectors (WGMMA rows) -> out[:, rows]."""
@@ -217,7 +225,7 @@ def _down_prewait_kernel(ids, wts, offset, h, w, scale, *, num_tokens, block_k, 
       grid=(d // ROWS,), grid_names=("tile",),
       **(dict(num_threads=2, thread_name="wg") if warpgroups > 1 else {}),
       interpret=plgpu.InterpretGPUParams(detect_races=True) if interpret else None)
-  return kernel(ids, wts, offset, h, w, scale)
+  return kernel(ids, wts, xc, h, w, scale)
 
 
 def check_options(x, expert_ids, down, down_scale, *, group_size, block_k, stages, warpgroups):
@@ -271,12 +279,11 @@ def routed_experts_int4_prewait_down(x, expert_ids, expert_weights, gate_packed,
   n = x.shape[0]
   num_pairs = expert_ids.size
   tp = pair_rows(num_pairs)
-  h = gate_up_h_matrix(x, expert_ids, gate_packed, gate_scale, up_packed, up_scale, expert_offset, rows=tp,
+  h, xc = gate_up_h_matrix(x, expert_ids, gate_packed, gate_scale, up_packed, up_scale, expert_offset, rows=tp,
                        group_size=group_size, trigger_dependents=trigger_dependents and not interpret,
                        interpret=interpret)                                        # bf16 [TP, I]
-  offset = jnp.reshape(jnp.asarray(expert_offset, jnp.int32), (1,))
   return _down_prewait_kernel(expert_ids.reshape(num_pairs).astype(jnp.int32),
-                              expert_weights.reshape(num_pairs).astype(jnp.float32), offset, h, down, down_scale,
+                              expert_weights.reshape(num_pairs), xc, h, down, down_scale,
                               num_tokens=n, block_k=block_k, stages=stages, group_size=group_size,
                               wgmma_order=wgmma_order, prewait=prewait, warpgroups=warpgroups,
                               interpret=interpret)

@@ -627,8 +627,10 @@ def gate_up_h_matrix(x, expert_ids, gate_packed, gate_scale, up_packed, up_scale
   column order.
 
   x: [N, D]; expert_ids: int32 [N, K] global ids; gate/up words and scales as routed_experts_int4_gemv takes them
-  (stored or k-chunked). Returns x.dtype [rows, I], rows >= P = N * K: row p is pair p (token-major); the rows of
-  remote pairs and rows >= P are not written (any bits). trigger_dependents: as routed_experts_int4_gemv's.
+  (stored or k-chunked). Returns (h, xc): h x.dtype [rows, I], rows >= P = N * K: row p is pair p (token-major); the
+  rows of remote pairs and rows >= P are not written (any bits); xc: the planes_consts.py array the kernel read (the
+  down kernel reads the expert offset there, so that nothing of XLA's runs between the two kernels).
+  trigger_dependents: as routed_experts_int4_gemv's.
   """
   n, d = x.shape
   top_k = expert_ids.shape[1]
@@ -655,7 +657,7 @@ def gate_up_h_matrix(x, expert_ids, gate_packed, gate_scale, up_packed, up_scale
   in_place = default_nibble4_in_place(n)[0]
   xc = planes_and_consts(x, expert_offset, 2, in_place)
   ids = expert_ids.reshape(p).astype(jnp.int32)
-  return pl.pallas_call(
+  h = pl.pallas_call(
       functools.partial(_gate_up_kernel, visits="token_order", top_k=top_k, num_local=e, rows_per_run=1,
                         block_n=block_n, block_k=block_k, group_size=group_size, h_dtype=x.dtype, pair_splits=1,
                         prefetch=default_gemv_blocks(n)[8], unroll_pairs=True, nibble4_in_place=in_place,
@@ -666,3 +668,4 @@ def gate_up_h_matrix(x, expert_ids, gate_packed, gate_scale, up_packed, up_scale
       compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=num_stages), interpret=interpret,
       name="moe_int4_gate_up_gemv",
   )(xc, ids, gate_packed, gate_scale, up_packed, up_scale)
+  return h, xc

@@ -22,7 +22,9 @@ How, per program (one 64-row tile of the D outputs, grid D / 64; K2.6: 112 progr
   wgmma N side) is copied to shared memory once. Pair p's product is the wgmma of its expert's tile (dequantised in
   registers: mosaic_experts.dequant_wgmma_step) against all of h, [64, TP], of which column p is the pair's;
   it is added, times the pair's routing weight, to column p of a [64, TP] f32 sum (a select, so another column's
-  unwritten h rows cannot reach it). Further local pairs stream their tiles through `emit_pipeline`.
+  unwritten h rows cannot reach it). Further local pairs stream their tiles through `emit_pipeline` (with
+  `warpgroups=2`, each warpgroup takes half of every pair's K steps, and the later pairs reload the first pair's
+  buffers in turn: shared memory is allocated for both warpgroups at once, so emit_pipeline cannot run per warpgroup).
 - Output row tile of token t = the sum of its top_k columns, written once in x's dtype (no zero-fill, no atomics);
   a program without local pairs writes zeros.
 

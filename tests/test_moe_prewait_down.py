@@ -14,35 +14,12 @@ import pytest
 from jax._src.pallas.mosaic_gpu.interpret import gpu_callbacks  # private: race detector state
 
 from custom_calls.moe_int4.k_chunks import experts_to_k_chunks
-from custom_calls.moe_int4.layout import quantize_int4
 from custom_calls.moe_int4.mosaic_down_prewait import (MAX_PAIRS, lower_for_h200, pair_rows,
                                                        routed_experts_int4_prewait_down)
 from custom_calls.moe_int4.mosaic_layout import down_to_mosaic_layout
-from custom_calls.moe_int4.reference import routed_experts_int4_reference
 from custom_calls.random_inputs import random_int4_experts
 from tests.kernel_checks import rel_err
-
-
-def make_experts(seed, e, d, inter, group_size=32):
-  rng = np.random.default_rng(seed)
-  arrays = []
-  for shape in ((e, inter, d), (e, inter, d), (e, d, inter)):
-    w, s = quantize_int4(rng.standard_normal(shape) * 0.05, group_size=group_size)
-    arrays += [jnp.asarray(w), jnp.asarray(s, jnp.bfloat16)]
-  return tuple(arrays)
-
-
-def make_tokens(seed, t, k, ids_high, d):
-  rng = np.random.default_rng(seed)
-  x = jnp.asarray(rng.standard_normal((t, d)), jnp.float32).astype(jnp.bfloat16)
-  ids = np.stack([rng.choice(np.arange(ids_high), k, replace=False) for _ in range(t)])
-  w = jnp.asarray(rng.random((t, k)) + 0.1, jnp.float32)
-  return x, jnp.asarray(ids, jnp.int32), w
-
-
-def reference_f32(x, ids, w, stored, offset, group_size=32):
-  return routed_experts_int4_reference(x.astype(jnp.float32), ids, w, *stored, group_size=group_size,
-                                       expert_offset=offset)
+from tests.test_kernels_moe_mosaic import make_experts, make_tokens, reference_f32
 
 
 def run_interpret(x, ids, w, stored, offset, *, group_size=32, k_chunk=None, wgmma_order=False, **opts):
@@ -72,7 +49,7 @@ CASES = [
 @pytest.mark.parametrize("t,k,e,offset,d,inter,group_size,opts", CASES)
 def test_matches_reference(t, k, e, offset, d, inter, group_size, opts):
   stored = make_experts(t + e, e, d, inter, group_size)
-  x, ids, w = make_tokens(t, t, k, offset + e + 3, d)
+  x, ids, w = make_tokens(t, t, k, 0, offset + e + 3, d)
   out = run_interpret(x, ids, w, stored, offset, group_size=group_size, **opts)
   assert out.shape == x.shape and out.dtype == jnp.bfloat16
   assert rel_err(out, reference_f32(x, ids, w, stored, offset, group_size)) < 1e-2
@@ -84,7 +61,7 @@ def test_token_without_local_expert_is_zero_and_offset_traced():
   e, d, inter, offset = 4, 128, 256, 4
   stored = make_experts(3, e, d, inter)
   ids = jnp.asarray([[0, 11, 2], [5, 9, 5]], jnp.int32)
-  x, _, w = make_tokens(4, 2, 3, 12, d)
+  x, _, w = make_tokens(4, 2, 3, 0, 12, d)
   w = w.astype(jnp.bfloat16)                          # routing weights in bf16: converted in the kernel
   down = down_to_mosaic_layout(*stored[4:])
   f = jax.jit(lambda off: routed_experts_int4_prewait_down(x, ids, w, *stored[:4], *down, off, block_k=128,
@@ -98,7 +75,7 @@ def test_no_local_pair_at_all_is_zero():
   """Every program takes the no-pair path (nothing copied, no barrier waited on) and writes zeros."""
   e, d, inter = 3, 128, 256
   stored = make_experts(5, e, d, inter)
-  x, _, w = make_tokens(6, 1, 4, 8, d)
+  x, _, w = make_tokens(6, 1, 4, 0, 8, d)
   out = run_interpret(x, jnp.asarray([[5, 7, 3, 6]], jnp.int32), w, stored, 0, block_k=128)
   np.testing.assert_array_equal(np.asarray(out, np.float32), 0.0)
 
@@ -111,7 +88,7 @@ def test_rejects_bad_inputs():
   e, d, inter = 2, 128, 256
   stored = make_experts(1, e, d, inter)
   down = down_to_mosaic_layout(*stored[4:])
-  x, ids, w = make_tokens(0, 1, 2, 4, d)
+  x, ids, w = make_tokens(0, 1, 2, 0, 4, d)
 
   def call(x_=x, ids_=ids, w_=w, down_=down, **kw):
     return routed_experts_int4_prewait_down(x_, ids_, w_, *stored[:4], *down_, 0, interpret=True, **kw)
@@ -207,7 +184,7 @@ def test_gpu_matches_reference_k26_shard_and_the_wait_changes_no_bit(k26_shard, 
   reference, and the same bits with the first pair's copies before or after the wait, with or without the gate/up
   kernel's early trigger (a wrong wait would read h before gate/up wrote it)."""
   stored, gate_up, down = k26_shard
-  x, _, w = make_tokens(tokens, tokens, 8, 384, 7168)
+  x, _, w = make_tokens(tokens, tokens, 8, 0, 384, 7168)
   j, t = jnp.arange(8), jnp.arange(tokens)[:, None]
   ids = jnp.where(j < local, (t * 5 + j * 7) % 48, 48 + t * 8 + j).astype(jnp.int32)   # distinct in a token
   out = routed_experts_int4_prewait_down(x, ids, w, *gate_up, *down, 0, warpgroups=warpgroups)

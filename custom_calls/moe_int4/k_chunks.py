@@ -84,13 +84,18 @@ def scale_shape(packed, group_size):
   return e, n, k8 * 8 // group_size
 
 
+def check_scale(name, what, packed, scale, group_size):
+  """Raise (naming `what`) unless the scale array has the shape of its words at group_size, in the same layout."""
+  if tuple(scale.shape) != scale_shape(packed, group_size):
+    raise ValueError(f"{name}: {what} has shape {tuple(scale.shape)}, expected {scale_shape(packed, group_size)} "
+                     f"for words {tuple(packed.shape)} at group_size {group_size}")
+
+
 def check_scales(name, gate_packed, gate_scale, up_scale, down_packed, down_scale, group_size):
   """Raise unless every scale array has the shape of its words at group_size, in the same layout."""
   for what, packed, scale in (("gate_scale", gate_packed, gate_scale), ("up_scale", gate_packed, up_scale),
                               ("down_scale", down_packed, down_scale)):
-    if tuple(scale.shape) != scale_shape(packed, group_size):
-      raise ValueError(f"{name}: {what} has shape {tuple(scale.shape)}, expected {scale_shape(packed, group_size)} "
-                       f"for words {tuple(packed.shape)} at group_size {group_size}")
+    check_scale(name, what, packed, scale, group_size)
 
 
 def chunk_inputs(packed):

@@ -48,8 +48,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from custom_calls.dependent_launch import launch_dependents
-from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scales,
-                                            load_scale_tile, load_word_tile, logical_shape, scale_shape)
+from custom_calls.moe_int4.k_chunks import (KERNEL_GROUP_SIZES, block_k_fits, check_block_k, check_scale,
+                                            check_scales, load_scale_tile, load_word_tile, logical_shape)
 from custom_calls.moe_int4.nibbles import nibble_planes, plane_columns, plane_scale
 from custom_calls.moe_int4.planes_consts import MAGIC_WORD, OFFSET_WORD, const_word, load_planes, planes_and_consts
 from custom_calls.pow2 import is_pow2, next_pow2
@@ -648,9 +648,7 @@ def gate_up_h_matrix(x, expert_ids, gate_packed, gate_scale, up_packed, up_scale
     raise ValueError(f"{name}: group_size {group_size} must be one of {KERNEL_GROUP_SIZES}, and D = {d} a multiple "
                      f"of {block_k} >= 128, I = {inter} of {block_n}")
   for what, scale in (("gate_scale", gate_scale), ("up_scale", up_scale)):
-    if tuple(scale.shape) != scale_shape(gate_packed, group_size):
-      raise ValueError(f"{name}: {what} has shape {tuple(scale.shape)}, expected "
-                       f"{scale_shape(gate_packed, group_size)} for words {tuple(gate_packed.shape)}")
+    check_scale(name, what, gate_packed, scale, group_size)
   check_block_k(name, gate_packed, block_k, multiples=True)
   if rows < p:
     raise ValueError(f"{name}: rows {rows} < {p} (token, expert) pairs")
